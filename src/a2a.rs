@@ -1,0 +1,417 @@
+//! The A2A 1.0 JSON-RPC client (blocking, over ureq) and the one table of `metadata.iac_code` keys.
+//!
+//! Every upstream failure becomes one of three spec codes: the service cannot be reached or stops
+//! mid-stream (`A2A_UNAVAILABLE`), it answers something that is not the protocol
+//! (`A2A_PROTOCOL_ERROR`), or it refuses or fails the execution (`A2A_EXECUTION_FAILED`).
+
+use crate::error::Error;
+use crate::input::IacCode;
+use crate::sse::EventReader;
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+/// `forwardedProps.iacCode` → `metadata.iac_code`, in one place (names read from the kernel's source).
+pub fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, new_turn: bool) -> Value {
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            m.insert(k.to_string(), v);
+        }
+    };
+    let s = |v: &Option<String>| v.as_ref().map(|s| json!(s));
+    put("cwd", Some(json!(iac.cwd)));
+    put("rosInvocationId", Some(json!(iac.ros_invocation_id)));
+    put(
+        "preferredLanguage",
+        lang.map(|l| json!(l))
+            .or_else(|| s(&iac.preferred_language)),
+    );
+    put(
+        "cleanupOnly",
+        Some(json!(iac.cleanup_only.unwrap_or(false))),
+    );
+    put("user_id", s(&iac.user_id));
+    put("channel", s(&iac.channel));
+    put(
+        "iac_code_model",
+        iac.model
+            .as_ref()
+            .map(|v| json!(v.trim()))
+            .filter(|v| v != ""),
+    );
+    put(
+        "iac_code_api_key",
+        iac.llm_api_key
+            .as_ref()
+            .map(|v| json!(v.trim()))
+            .filter(|v| v != ""),
+    );
+    put(
+        "candidatePresentation",
+        iac.candidate_presentation
+            .as_deref()
+            .map(|p| json!(if p == "rich" { "rich-v1" } else { p })),
+    );
+    if new_turn {
+        put(
+            "run_mode",
+            Some(json!(iac.run_mode.as_deref().unwrap_or("normal"))),
+        );
+    }
+    put("pipeline_name", s(&iac.pipeline_name));
+    if let Some(t) = &iac.thinking {
+        let mut th = Map::new();
+        if let Some(e) = t.enabled {
+            th.insert("enabled".into(), json!(e));
+        }
+        if let Some(e) = &t.effort {
+            th.insert("effort".into(), json!(e));
+        }
+        if let Some(b) = t.budget {
+            th.insert("budget".into(), json!(b));
+        }
+        if !th.is_empty() {
+            put("thinking", Some(Value::Object(th)));
+        }
+    }
+    if let Some(c) = &iac.alibaba_cloud {
+        put("alibaba_cloud_access_key_id", s(&c.access_key_id));
+        put("alibaba_cloud_access_key_secret", s(&c.access_key_secret));
+        put("alibaba_cloud_security_token", s(&c.security_token));
+        put("alibaba_cloud_region_id", s(&c.region_id));
+    }
+    Value::Object(m)
+}
+
+/// A blocking A2A client bound to one loopback base URL.
+#[derive(Clone)]
+pub struct A2aClient {
+    agent: ureq::Agent,
+    base: String,
+    token: Option<String>,
+}
+
+/// The reply to a JSON-RPC call that is not a transport failure.
+pub enum Rpc {
+    Result(Value),
+    Error { code: i64, message: String },
+}
+
+impl A2aClient {
+    /// `idle` bounds how long a stream may stay silent (zero: forever).
+    pub fn new(base: &str, token: Option<String>, idle: Duration) -> A2aClient {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .timeout_per_read((!idle.is_zero()).then_some(idle))
+            .input_buffer_size(32 * 1024)
+            .output_buffer_size(32 * 1024)
+            .max_idle_connections_per_host(64)
+            .build();
+        A2aClient {
+            agent: config.into(),
+            base: base.trim_end_matches('/').to_string(),
+            token,
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        let mut req = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("A2A-Version", "1.0")
+            .header("Content-Type", "application/json");
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        req
+    }
+
+    /// `SendStreamingMessage`: the stream of task updates for `message`.
+    pub fn send_streaming(&self, message: Value) -> Result<A2aStream, Error> {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": crate::ids::uuid_v4(),
+            "method": "SendStreamingMessage",
+            "params": {"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}},
+        });
+        let resp = self
+            .post("/")
+            .header("Accept", "text/event-stream")
+            .send(serde_json::to_vec(&body).unwrap_or_default())
+            .map_err(transport)?;
+        check_status(resp.status().as_u16())?;
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let mut body = resp.into_body();
+        if !sse {
+            // A plain JSON-RPC answer instead of a stream: an error (or a one-shot result).
+            let text = body
+                .with_config()
+                .limit(1024 * 1024)
+                .read_to_string()
+                .map_err(transport)?;
+            return Ok(A2aStream::One(Some(parse_rpc(text.as_bytes())?)));
+        }
+        Ok(A2aStream::Sse(Box::new(EventReader::new(
+            body.into_reader(),
+        ))))
+    }
+
+    /// A non-streaming JSON-RPC call.
+    pub fn call(&self, method: &str, params: Value) -> Result<Rpc, Error> {
+        let body = json!({"jsonrpc": "2.0", "id": crate::ids::uuid_v4(), "method": method, "params": params});
+        let resp = self
+            .post("/")
+            .send(serde_json::to_vec(&body).unwrap_or_default())
+            .map_err(transport)?;
+        check_status(resp.status().as_u16())?;
+        let text = resp
+            .into_body()
+            .with_config()
+            .limit(16 * 1024 * 1024)
+            .read_to_string()
+            .map_err(transport)?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|_| Error::a2a_protocol("a JSON-RPC reply is not JSON"))?;
+        rpc_of(&v)
+    }
+
+    /// `GetTask`; `None` when the kernel does not know the task.
+    pub fn get_task(&self, task_id: &str) -> Result<Option<Value>, Error> {
+        match self.call("GetTask", json!({"id": task_id, "historyLength": 100}))? {
+            Rpc::Result(task) => Ok(Some(task)),
+            Rpc::Error { .. } => Ok(None),
+        }
+    }
+
+    /// `CancelTask`; a task that is not cancelable (already ended) is not an error here.
+    pub fn cancel_task(&self, task_id: &str) -> Result<(), Error> {
+        self.call("CancelTask", json!({ "id": task_id }))
+            .map(|_| ())
+    }
+
+    /// iac-code extension: make sure the session is live. `Ok(false)`: the kernel does not have it.
+    pub fn ensure_restored(&self, cwd: &str, session: &str, task: &str) -> Result<bool, Error> {
+        let body = json!({"cwd": cwd, "sessionId": session, "taskId": task});
+        let resp = self
+            .post("/iac-code/session/ensure-restored")
+            .send(serde_json::to_vec(&body).unwrap_or_default())
+            .map_err(transport)?;
+        match resp.status().as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            s => Err(Error::a2a_unavailable(&format!(
+                "session restore answered HTTP {s}"
+            ))),
+        }
+    }
+
+    /// iac-code extension: the pipeline snapshot and the events after `after`; `None` when the task
+    /// has no pipeline.
+    pub fn pipeline_state(&self, task: &str, after: u64) -> Result<Option<Value>, Error> {
+        let mut req = self
+            .agent
+            .get(format!("{}/iac-code/pipeline/state", self.base))
+            .query("taskId", task)
+            .query("afterSequence", after.to_string())
+            .header("A2A-Version", "1.0");
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        let resp = req.call().map_err(transport)?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .into_body()
+            .with_config()
+            .limit(16 * 1024 * 1024)
+            .read_to_string()
+            .map_err(transport)?;
+        match status {
+            200 => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|_| Error::a2a_protocol("the pipeline state is not JSON")),
+            404 => Ok(None),
+            s => Err(Error::a2a_unavailable(&format!(
+                "pipeline state answered HTTP {s}"
+            ))),
+        }
+    }
+
+    /// Whether `GET /health` answers 200.
+    pub fn healthy(&self) -> bool {
+        self.agent
+            .get(format!("{}/health", self.base))
+            .call()
+            .is_ok_and(|r| r.status().as_u16() == 200)
+    }
+}
+
+/// One `SendStreamingMessage` reply.
+pub enum A2aStream {
+    Sse(Box<EventReader<ureq::BodyReader<'static>>>),
+    One(Option<Value>),
+}
+
+impl A2aStream {
+    /// The next JSON-RPC `result`, `Ok(None)` at the end of the stream.
+    pub fn next_result(&mut self) -> Result<Option<Value>, Error> {
+        match self {
+            A2aStream::One(v) => Ok(v.take()),
+            A2aStream::Sse(events) => loop {
+                let data = match events.next_event() {
+                    Ok(Some(d)) => d,
+                    Ok(None) => return Ok(None),
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        return Err(Error::a2a_protocol("an SSE event exceeds the size limit"))
+                    }
+                    Err(e) => return Err(transport_io(&e)),
+                };
+                if data.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return parse_rpc(&data).map(Some);
+            },
+        }
+    }
+}
+
+fn parse_rpc(data: &[u8]) -> Result<Value, Error> {
+    let v: Value = serde_json::from_slice(data)
+        .map_err(|_| Error::a2a_protocol("the A2A stream sent data that is not JSON"))?;
+    match rpc_of(&v)? {
+        Rpc::Result(r) => Ok(r),
+        Rpc::Error { code, message } => Err(Error::a2a_failed(&format!(
+            "the A2A service answered JSON-RPC error {code}: {}",
+            truncate(&message, 200)
+        ))),
+    }
+}
+
+fn rpc_of(v: &Value) -> Result<Rpc, Error> {
+    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+        return Ok(Rpc::Error {
+            code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
+            message: e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        });
+    }
+    match v.get("result") {
+        Some(r) if r.is_object() => Ok(Rpc::Result(r.clone())),
+        _ => Err(Error::a2a_protocol(
+            "a JSON-RPC reply has neither result nor error",
+        )),
+    }
+}
+
+fn check_status(status: u16) -> Result<(), Error> {
+    match status {
+        200..=299 => Ok(()),
+        401 | 403 => Err(Error::a2a_unavailable(
+            "the A2A service refused the adapter's credentials",
+        )),
+        s => Err(Error::a2a_unavailable(&format!(
+            "the A2A service answered HTTP {s}"
+        ))),
+    }
+}
+
+fn transport(e: ureq::Error) -> Error {
+    match e {
+        ureq::Error::Io(io) => transport_io(&io),
+        ureq::Error::Timeout(_) => {
+            Error::a2a_unavailable("the A2A service stopped answering (timeout)")
+        }
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+            Error::a2a_unavailable("cannot connect to the A2A service")
+        }
+        other => Error::a2a_unavailable(&truncate(&other.to_string(), 200)),
+    }
+}
+
+fn transport_io(e: &std::io::Error) -> Error {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        TimedOut | WouldBlock => Error::a2a_unavailable("the A2A stream stayed silent too long"),
+        ConnectionRefused => Error::a2a_unavailable("cannot connect to the A2A service"),
+        _ => Error::a2a_unavailable("the A2A stream broke off"),
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::{AlibabaCloud, Thinking};
+
+    #[test]
+    fn metadata_uses_the_kernel_key_names() {
+        let iac = IacCode {
+            ros_invocation_id: "inv".into(),
+            cwd: "/w".into(),
+            model: Some(" m ".into()),
+            llm_api_key: Some("k".into()),
+            user_id: Some("u".into()),
+            candidate_presentation: Some("rich".into()),
+            pipeline_name: Some("selling".into()),
+            thinking: Some(Thinking {
+                enabled: Some(true),
+                effort: None,
+                budget: Some(9),
+            }),
+            alibaba_cloud: Some(AlibabaCloud {
+                access_key_id: Some("id".into()),
+                region_id: Some("cn".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let m = iac_code_metadata(&iac, Some("en"), true);
+        assert_eq!(m["iac_code_model"], "m");
+        assert_eq!(m["iac_code_api_key"], "k");
+        assert_eq!(m["user_id"], "u");
+        assert_eq!(m["candidatePresentation"], "rich-v1");
+        assert_eq!(m["run_mode"], "normal");
+        assert_eq!(m["cleanupOnly"], false);
+        assert_eq!(m["pipeline_name"], "selling");
+        assert_eq!(m["thinking"], json!({"enabled": true, "budget": 9}));
+        assert_eq!(m["alibaba_cloud_region_id"], "cn");
+        assert!(m.get("alibaba_cloud_security_token").is_none());
+        assert!(iac_code_metadata(&iac, None, false)
+            .get("run_mode")
+            .is_none());
+    }
+
+    #[test]
+    fn rpc_errors_and_garbage_map_to_spec_codes() {
+        use crate::error::Code;
+        assert_eq!(
+            parse_rpc(b"not json").unwrap_err().code,
+            Code::A2aProtocolError
+        );
+        assert_eq!(
+            parse_rpc(br#"{"jsonrpc":"2.0"}"#).unwrap_err().code,
+            Code::A2aProtocolError
+        );
+        let e = parse_rpc(br#"{"error":{"code":-32001,"message":"Task is already working."}}"#)
+            .unwrap_err();
+        assert_eq!(e.code, Code::A2aExecutionFailed);
+        assert!(parse_rpc(br#"{"result":{"task":{}}}"#).is_ok());
+    }
+}

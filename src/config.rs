@@ -1,0 +1,406 @@
+//! Start-up configuration: the reference adapter's flags, environment and YAML keys, plus ours.
+//!
+//! Precedence, as in the reference (a click application): command line, then environment, then the
+//! `--config` YAML file, then the defaults.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub host: String,
+    pub port: u16,
+    /// Loopback A2A URL; `None` starts a managed kernel.
+    pub a2a_url: Option<String>,
+    /// Kernel command line (`--host`/`--port` are appended).
+    pub a2a_command: Vec<String>,
+    pub a2a_token: Option<String>,
+    pub auth_token: Option<String>,
+    pub state_dir: PathBuf,
+    pub allowed_cwds: Vec<PathBuf>,
+    pub idle_shutdown: Duration,
+    pub debug: bool,
+    pub log_stdout: bool,
+    pub heartbeat: Duration,
+    pub interrupt_ttl: Duration,
+    /// How long the upstream stream may stay silent before the run fails (0 = never).
+    pub a2a_idle_timeout: Duration,
+    pub kernel_start_timeout: Duration,
+    pub workers: usize,
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub enum Command {
+    Run(Box<Config>),
+    Help,
+    Version,
+}
+
+pub const USAGE: &str = "\
+Usage: iac-code-agui [OPTIONS]
+
+AG-UI (HTTP + SSE) adapter for the iac-code A2A execution kernel.
+
+Options:
+  --host HOST                 bind address [env IAC_CODE_AGUI_HOST] (default 127.0.0.1)
+  --port PORT                 port [env IAC_CODE_AGUI_PORT] (default 8000)
+  --a2a-url URL               loopback A2A URL [env IAC_CODE_AGUI_A2A_URL];
+                              empty starts a managed `iac-code a2a` kernel
+  --a2a-command CMD           managed kernel command (default \"iac-code a2a\";
+                              --host/--port are appended) [env IAC_CODE_AGUI_A2A_COMMAND]
+  --state-dir DIR             thread-state directory [env IAC_CODE_AGUI_STATE_DIR]
+                              (default <config-dir>/agui; config-dir from IAC_CODE_CONFIG_DIR,
+                              else ~/.iac-code)
+  --idle-shutdown SECS        exit after SECS without requests, 0 = off (default 0)
+  --heartbeat-interval SECS   SSE heartbeat after SECS without an event (default 15)
+  --interrupt-ttl SECS        lifetime of a pending interrupt (default 540)
+  --a2a-idle-timeout SECS     fail a run whose upstream is silent this long, 0 = never (default 900)
+  --kernel-start-timeout SECS wait this long for the managed kernel's /health (default 60)
+  --workers N                 HTTP worker threads (default 8)
+  --debug                     debug logging
+  --log-stdout                log to stdout instead of stderr
+  --config FILE               YAML file with the keys above (flat `key: value`)
+  -h, --help                  print this help
+  -V, --version               print the version
+
+Environment: IAC_CODE_AGUI_AUTH_TOKEN (protects this endpoint), IAC_CODE_AGUI_A2A_TOKEN (upstream
+bearer), IAC_CODE_AGUI_ALLOWED_CWDS (allowed workspace roots, ':'-separated; falls back to
+IACCODE_A2A_ALLOWED_CWDS; default: the current directory and the system temp directory).
+";
+
+/// `(flag, takes a value)`; YAML keys are the flag names without dashes.
+const FLAGS: &[(&str, bool)] = &[
+    ("host", true),
+    ("port", true),
+    ("a2a-url", true),
+    ("a2a-command", true),
+    ("state-dir", true),
+    ("idle-shutdown", true),
+    ("heartbeat-interval", true),
+    ("interrupt-ttl", true),
+    ("a2a-idle-timeout", true),
+    ("kernel-start-timeout", true),
+    ("workers", true),
+    ("debug", false),
+    ("log-stdout", false),
+    ("config", true),
+];
+
+const ENV: &[(&str, &str)] = &[
+    ("host", "IAC_CODE_AGUI_HOST"),
+    ("port", "IAC_CODE_AGUI_PORT"),
+    ("a2a-url", "IAC_CODE_AGUI_A2A_URL"),
+    ("a2a-command", "IAC_CODE_AGUI_A2A_COMMAND"),
+    ("state-dir", "IAC_CODE_AGUI_STATE_DIR"),
+];
+
+impl Command {
+    /// Parses `args` (without the program name) with `env` as the environment.
+    pub fn parse<I, E>(args: I, env: E) -> Result<Command, String>
+    where
+        I: IntoIterator<Item = String>,
+        E: Fn(&str) -> Option<String>,
+    {
+        let mut cli: HashMap<&'static str, String> = HashMap::new();
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "-h" | "--help" => return Ok(Command::Help),
+                "-V" | "--version" => return Ok(Command::Version),
+                _ => {}
+            }
+            let Some(body) = arg.strip_prefix("--") else {
+                return Err(format!("unexpected argument '{arg}'"));
+            };
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (body, None),
+            };
+            let Some(&(flag, takes_value)) = FLAGS.iter().find(|f| f.0 == name) else {
+                return Err(format!("unknown option '--{name}'"));
+            };
+            let value = if takes_value {
+                match inline {
+                    Some(v) => v,
+                    None => args
+                        .next()
+                        .ok_or_else(|| format!("option '--{flag}' needs a value"))?,
+                }
+            } else if let Some(v) = inline {
+                v
+            } else {
+                "true".to_string()
+            };
+            cli.insert(flag, value);
+        }
+        let yaml = match cli.get("config") {
+            Some(path) => parse_yaml(path)?,
+            None => HashMap::new(),
+        };
+        let get = |key: &str| -> Option<String> {
+            if let Some(v) = cli.get(key) {
+                return Some(v.clone());
+            }
+            if let Some((_, var)) = ENV.iter().find(|e| e.0 == key) {
+                if let Some(v) = env(var) {
+                    return Some(v);
+                }
+            }
+            yaml.get(key).cloned()
+        };
+        let config_dir = env("IAC_CODE_CONFIG_DIR")
+            .map(PathBuf::from)
+            .or_else(|| env("HOME").map(|h| Path::new(&h).join(".iac-code")))
+            .unwrap_or_else(|| PathBuf::from(".iac-code"));
+        let a2a_url = get("a2a-url").filter(|u| !u.trim().is_empty());
+        if let Some(url) = &a2a_url {
+            check_loopback_url(url)?;
+        }
+        let allowed = env("IAC_CODE_AGUI_ALLOWED_CWDS")
+            .or_else(|| env("IACCODE_A2A_ALLOWED_CWDS"))
+            .filter(|v| !v.trim().is_empty());
+        let allowed_cwds = match allowed {
+            Some(v) => std::env::split_paths(&v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect(),
+            None => {
+                let mut roots = vec![std::env::temp_dir()];
+                if let Ok(cwd) = std::env::current_dir() {
+                    roots.insert(0, cwd);
+                }
+                roots
+            }
+        };
+        let secret = |var: &str| env(var).filter(|v| !v.is_empty());
+        let config = Config {
+            host: get("host").unwrap_or_else(|| "127.0.0.1".into()),
+            port: number(get("port"), "port", 8000)?,
+            a2a_url,
+            a2a_command: split_command(
+                &get("a2a-command").unwrap_or_else(|| "iac-code a2a".into()),
+            )?,
+            a2a_token: secret("IAC_CODE_AGUI_A2A_TOKEN"),
+            auth_token: secret("IAC_CODE_AGUI_AUTH_TOKEN"),
+            state_dir: get("state-dir")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| config_dir.join("agui")),
+            allowed_cwds,
+            idle_shutdown: seconds(get("idle-shutdown"), "idle-shutdown", 0.0)?,
+            debug: flag(get("debug"), "debug")?,
+            log_stdout: flag(get("log-stdout"), "log-stdout")?,
+            heartbeat: seconds(get("heartbeat-interval"), "heartbeat-interval", 15.0)?,
+            interrupt_ttl: seconds(get("interrupt-ttl"), "interrupt-ttl", 540.0)?,
+            a2a_idle_timeout: seconds(get("a2a-idle-timeout"), "a2a-idle-timeout", 900.0)?,
+            kernel_start_timeout: seconds(
+                get("kernel-start-timeout"),
+                "kernel-start-timeout",
+                60.0,
+            )?,
+            workers: number(get("workers"), "workers", 8usize)?.max(1),
+        };
+        if config.heartbeat.is_zero() {
+            return Err("'--heartbeat-interval' must be above 0".into());
+        }
+        Ok(Command::Run(Box::new(config)))
+    }
+}
+
+fn number<T: std::str::FromStr>(v: Option<String>, name: &str, default: T) -> Result<T, String> {
+    match v {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("'--{name}' expects a number, got '{v}'")),
+    }
+}
+
+fn seconds(v: Option<String>, name: &str, default: f64) -> Result<Duration, String> {
+    let secs: f64 = number(v, name, default)?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("'--{name}' must be 0 or more seconds"))
+}
+
+fn flag(v: Option<String>, name: &str) -> Result<bool, String> {
+    match v.as_deref().map(str::trim) {
+        None => Ok(false),
+        Some("true" | "1" | "yes" | "on") => Ok(true),
+        Some("false" | "0" | "no" | "off" | "") => Ok(false),
+        Some(other) => Err(format!("'--{name}' expects true or false, got '{other}'")),
+    }
+}
+
+fn split_command(cmd: &str) -> Result<Vec<String>, String> {
+    let parts: Vec<String> = cmd.split_whitespace().map(String::from).collect();
+    if parts.is_empty() {
+        return Err("'--a2a-command' must not be empty".into());
+    }
+    Ok(parts)
+}
+
+/// Only loopback upstreams: the adapter forwards credentials and must not leave the host.
+pub fn check_loopback_url(url: &str) -> Result<(), String> {
+    let refuse = |why: &str| {
+        Err(format!(
+            "refusing --a2a-url '{url}': {why}; the A2A upstream must be a plain http:// loopback \
+             address such as http://127.0.0.1:41242"
+        ))
+    };
+    let Some(rest) = url.strip_prefix("http://") else {
+        return refuse("only http:// is supported");
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return refuse("user info is not allowed");
+    }
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        authority.split(':').next().unwrap_or("")
+    };
+    let loopback = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    };
+    if loopback {
+        Ok(())
+    } else {
+        refuse("the host is not a loopback address")
+    }
+}
+
+/// A flat YAML subset: `key: value` lines, `#` comments, optional quotes.
+fn parse_yaml(path: &str) -> Result<HashMap<String, String>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read --config file '{path}': {e}"))?;
+    let mut map = HashMap::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') || line == "---" {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            return Err(format!("{path}:{}: expected 'key: value'", n + 1));
+        };
+        let key = key.trim().replace('_', "-");
+        if !FLAGS.iter().any(|f| f.0 == key && f.0 != "config") {
+            return Err(format!("{path}:{}: unknown key '{key}'", n + 1));
+        }
+        let mut value = value.trim();
+        if !value.starts_with(['"', '\'']) {
+            value = value.split(" #").next().unwrap_or("").trim();
+        }
+        let value = value.trim_matches(|c| c == '"' || c == '\'');
+        map.insert(key, value.to_string());
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str], env: &[(&str, &str)]) -> Result<Command, String> {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Command::parse(args.iter().map(|s| s.to_string()), |k| env.get(k).cloned())
+    }
+
+    fn config(args: &[&str], env: &[(&str, &str)]) -> Config {
+        match parse(args, env).unwrap() {
+            Command::Run(c) => *c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn cli_beats_env_beats_defaults() {
+        let c = config(&["--port=9001"], &[("IAC_CODE_AGUI_PORT", "9002")]);
+        assert_eq!(c.port, 9001);
+        let c = config(&[], &[("IAC_CODE_AGUI_PORT", "9002"), ("HOME", "/h")]);
+        assert_eq!(c.port, 9002);
+        assert_eq!(c.host, "127.0.0.1");
+        assert_eq!(c.state_dir, PathBuf::from("/h/.iac-code/agui"));
+        let c = config(&[], &[("IAC_CODE_CONFIG_DIR", "/cfg")]);
+        assert_eq!(c.state_dir, PathBuf::from("/cfg/agui"));
+    }
+
+    #[test]
+    fn unknown_flags_and_bad_values_are_usage_errors() {
+        assert!(parse(&["--nope"], &[])
+            .unwrap_err()
+            .contains("unknown option"));
+        assert!(parse(&["--port", "x"], &[]).unwrap_err().contains("number"));
+        assert!(parse(&["--port"], &[])
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(matches!(parse(&["--help"], &[]), Ok(Command::Help)));
+        assert!(matches!(parse(&["-V"], &[]), Ok(Command::Version)));
+    }
+
+    #[test]
+    fn non_loopback_a2a_urls_are_refused() {
+        for ok in [
+            "http://127.0.0.1:41242",
+            "http://localhost:1/",
+            "http://[::1]:5",
+            "http://127.1.2.3",
+        ] {
+            assert!(check_loopback_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://10.0.0.1:1",
+            "https://127.0.0.1:1",
+            "http://example.com",
+            "http://127.0.0.1@evil.com/",
+        ] {
+            assert!(check_loopback_url(bad).is_err(), "{bad}");
+        }
+        assert!(parse(&["--a2a-url", "http://192.168.1.1:80"], &[])
+            .unwrap_err()
+            .contains("loopback"));
+    }
+
+    #[test]
+    fn allowed_cwds_fall_back_to_the_kernel_variable() {
+        let c = config(&[], &[("IACCODE_A2A_ALLOWED_CWDS", "/a:/b")]);
+        assert_eq!(
+            c.allowed_cwds,
+            vec![PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+        let c = config(
+            &[],
+            &[
+                ("IACCODE_A2A_ALLOWED_CWDS", "/a"),
+                ("IAC_CODE_AGUI_ALLOWED_CWDS", "/w"),
+            ],
+        );
+        assert_eq!(c.allowed_cwds, vec![PathBuf::from("/w")]);
+    }
+
+    #[test]
+    fn yaml_config_is_below_cli() {
+        let dir = std::env::temp_dir().join(format!("agui-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.yaml");
+        std::fs::write(
+            &file,
+            "# c\nport: 7000\nhost: \"127.0.0.2\"\nlog_stdout: true\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let c = config(&["--config", f], &[]);
+        assert_eq!(
+            (c.port, c.host.as_str(), c.log_stdout),
+            (7000, "127.0.0.2", true)
+        );
+        assert_eq!(config(&["--config", f, "--port", "7001"], &[]).port, 7001);
+        std::fs::write(&file, "bogus: 1\n").unwrap();
+        assert!(parse(&["--config", f], &[])
+            .unwrap_err()
+            .contains("unknown key"));
+    }
+}

@@ -1,0 +1,176 @@
+//! Identifiers, digests and clocks: the small pure helpers every other module uses.
+
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut hex = String::with_capacity(64);
+    for b in digest {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    hex
+}
+
+/// The A2A context of an AG-UI thread: `agui-` + the first 40 hex digits of SHA-256(threadId),
+/// the same derivation as the reference adapter (checked against its captures).
+pub fn context_id(thread_id: &str) -> String {
+    let mut hex = sha256_hex(thread_id.as_bytes());
+    hex.truncate(40);
+    format!("agui-{hex}")
+}
+
+/// Canonical digest of a JSON value: serde_json's map is ordered by key, so equal values serialize
+/// to equal bytes.
+pub fn json_digest(value: &serde_json::Value) -> String {
+    sha256_hex(&serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// A random (v4) UUID from the OS random source.
+pub fn uuid_v4() -> String {
+    let mut b = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if filled.is_err() {
+        // Never expected on Linux; still unique enough for ids (not for secrets).
+        let seed = format!(
+            "{:?}{}{:?}",
+            SystemTime::now(),
+            std::process::id(),
+            std::thread::current().id()
+        );
+        b.copy_from_slice(&Sha256::digest(seed.as_bytes())[..16]);
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// RFC 3339 UTC time (`2026-08-27T03:00:00Z`) of a Unix time in milliseconds.
+pub fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil-from-days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// The file name (without `.json`) of a thread's state, the same as the reference adapter's so an
+/// operator can swap adapters and keep the state directory: a lower-case id of `[a-z0-9_.-]` is its
+/// own key (except `.`, `..`, a trailing `.` and Windows device names); any other id becomes
+/// `aguiid~<hex of its UTF-8>`, and when that is longer than 200 bytes, `aguihash~<SHA-256>`. No
+/// key can contain a path separator or be `.`/`..`, and the three forms never collide.
+pub fn thread_key(thread_id: &str) -> String {
+    if is_plain_key(thread_id) {
+        return thread_id.to_string();
+    }
+    let hex: String = thread_id.bytes().map(|b| format!("{b:02x}")).collect();
+    let stem = format!("aguiid~{hex}");
+    if stem.len() <= 200 {
+        stem
+    } else {
+        format!("aguihash~{}", sha256_hex(thread_id.as_bytes()))
+    }
+}
+
+fn is_plain_key(id: &str) -> bool {
+    const RESERVED: &[&str] = &["CON", "PRN", "AUX", "NUL"];
+    let charset = !id.is_empty()
+        && id.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
+        });
+    if !charset || id == "." || id == ".." || id.ends_with('.') {
+        return false;
+    }
+    let base = id.split('.').next().unwrap_or("").to_ascii_uppercase();
+    let device = RESERVED.contains(&base.as_str())
+        || ((base.starts_with("COM") || base.starts_with("LPT"))
+            && base.len() == 4
+            && matches!(base.as_bytes()[3], b'1'..=b'9'));
+    !device
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_id_matches_the_reference_captures() {
+        assert_eq!(
+            context_id("thread-tap-1"),
+            "agui-58633450475f377504ca56b46b5a293d95591ee7"
+        );
+        assert_eq!(
+            context_id("8473547e-c8ed-4aef-a84c-603a6a8d42da"),
+            "agui-1770b0bf824e9baef15a0dd4d95308def8aad5a5"
+        );
+    }
+
+    #[test]
+    fn thread_keys_cannot_escape_the_directory() {
+        assert_eq!(thread_key("8473547e-c8ed-4aef"), "8473547e-c8ed-4aef");
+        assert_eq!(thread_key("thread-tap-1"), "thread-tap-1");
+        assert_eq!(thread_key("Thread"), "aguiid~546872656164");
+        for evil in [
+            "..",
+            ".",
+            "../../etc/passwd",
+            "a/b",
+            "a\\b",
+            "\0",
+            "nul",
+            "com1.txt",
+            "x.",
+        ] {
+            let k = thread_key(evil);
+            assert!(k.starts_with("aguiid~"), "{evil}: {k}");
+            assert!(!k.contains('/') && !k.contains('\\') && !k.contains('.') && !k.contains('\0'));
+        }
+        let long = "X".repeat(100);
+        assert_eq!(thread_key(&long).len(), "aguihash~".len() + 64);
+        assert_ne!(thread_key(&long), thread_key(&"X".repeat(101)));
+    }
+
+    #[test]
+    fn rfc3339_formats_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_787_799_600_000), "2026-08-27T03:00:00Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn uuids_are_v4_and_distinct() {
+        let (a, b) = (uuid_v4(), uuid_v4());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+    }
+}

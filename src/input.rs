@@ -1,0 +1,747 @@
+//! Validation of `RunAgentInput` and of the strict `forwardedProps.iacCode` extension.
+//!
+//! [`parse_run`] turns the request body into a [`RunInput`] or an `INVALID_INPUT` [`Error`] whose
+//! message names the offending field (never its value: values may be secrets). The standard envelope
+//! is read leniently (unknown top-level fields pass, as AG-UI allows), the iac-code extension strictly.
+
+use crate::error::{Error, Lang};
+use base64::Engine;
+use serde_json::{Map, Value};
+use std::path::{Component, Path, PathBuf};
+
+pub const MAX_BODY_BYTES: usize = 12 * 1024 * 1024;
+pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
+pub const MAX_IMAGES_BYTES: usize = 10 * 1024 * 1024;
+pub const MAX_ROS_INVOCATION_ID: usize = 256;
+
+/// A validated run request.
+#[derive(Debug, Clone)]
+pub struct RunInput {
+    pub thread_id: String,
+    pub run_id: String,
+    pub parent_run_id: Option<String>,
+    pub iac: IacCode,
+    /// The latest user message: its AG-UI id and its parts in A2A form.
+    pub user_message: Option<UserMessage>,
+    pub resume: Option<Vec<ResumeEntry>>,
+    /// Canonical digest of the request without its secrets, for run-id idempotency.
+    pub digest: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct UserMessage {
+    pub id: String,
+    pub parts: Vec<Value>,
+}
+
+/// `forwardedProps.iacCode`, every field checked.
+#[derive(Debug, Clone, Default)]
+pub struct IacCode {
+    pub ros_invocation_id: String,
+    pub cwd: String,
+    pub model: Option<String>,
+    pub llm_api_key: Option<String>,
+    pub thinking: Option<Thinking>,
+    pub user_id: Option<String>,
+    pub channel: Option<String>,
+    pub preferred_language: Option<String>,
+    pub candidate_presentation: Option<String>,
+    pub run_mode: Option<String>,
+    pub pipeline_name: Option<String>,
+    pub cleanup_only: Option<bool>,
+    pub alibaba_cloud: Option<AlibabaCloud>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Thinking {
+    pub enabled: Option<bool>,
+    pub effort: Option<String>,
+    pub budget: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AlibabaCloud {
+    pub access_key_id: Option<String>,
+    pub access_key_secret: Option<String>,
+    pub security_token: Option<String>,
+    pub region_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumeEntry {
+    pub interrupt_id: String,
+    pub cancelled: bool,
+    pub payload: Option<Value>,
+}
+
+impl ResumeEntry {
+    /// The canonical form whose digest marks an applied answer: `{status, payload}`.
+    pub fn canonical(&self) -> Value {
+        let status = if self.cancelled {
+            "cancelled"
+        } else {
+            "resolved"
+        };
+        let mut v = serde_json::json!({ "status": status });
+        if let Some(p) = &self.payload {
+            v["payload"] = p.clone();
+        }
+        v
+    }
+}
+
+fn bad(en: String, zh: String) -> Error {
+    Error::invalid(en, zh)
+}
+
+fn missing(path: &str) -> Error {
+    bad(
+        format!("`{path}` is required."),
+        format!("缺少必填字段 `{path}`。"),
+    )
+}
+
+fn wrong_type(path: &str, want_en: &str, want_zh: &str) -> Error {
+    bad(
+        format!("`{path}` must be {want_en}."),
+        format!("`{path}` 必须是{want_zh}。"),
+    )
+}
+
+fn string_field(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<String>, Error> {
+    match obj.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(wrong_type(path, "a string", "字符串")),
+    }
+}
+
+fn non_empty(obj: &Map<String, Value>, key: &str, path: &str) -> Result<String, Error> {
+    match string_field(obj, key, path)? {
+        None => Err(missing(path)),
+        Some(s) if s.trim().is_empty() => Err(wrong_type(path, "a non-empty string", "非空字符串")),
+        Some(s) => Ok(s),
+    }
+}
+
+fn bool_field(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<bool>, Error> {
+    match obj.get(key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(wrong_type(path, "a boolean", "布尔值")),
+    }
+}
+
+fn enum_field(
+    obj: &Map<String, Value>,
+    key: &str,
+    path: &str,
+    allowed: &[&str],
+) -> Result<Option<String>, Error> {
+    let v = string_field(obj, key, path)?;
+    if let Some(s) = &v {
+        if !allowed.contains(&s.as_str()) {
+            let list = allowed.join(", ");
+            return Err(bad(
+                format!("`{path}` must be one of: {list}."),
+                format!("`{path}` 只能是以下值之一：{list}。"),
+            ));
+        }
+    }
+    Ok(v)
+}
+
+fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, Error> {
+    v.as_object()
+        .ok_or_else(|| wrong_type(path, "an object", "对象"))
+}
+
+fn reject_unknown(obj: &Map<String, Value>, known: &[&str], path: &str) -> Result<(), Error> {
+    if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(bad(
+            format!("Unknown field `{path}.{k}`."),
+            format!("未知字段 `{path}.{k}`。"),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses and validates a run request body.
+pub fn parse_run(body: &[u8], allowed_cwds: &[PathBuf]) -> Result<RunInput, Error> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| {
+        bad(
+            "Invalid AG-UI RunAgentInput envelope: the body is not valid JSON.".into(),
+            "无效的 AG-UI RunAgentInput：请求体不是合法 JSON。".into(),
+        )
+    })?;
+    let root = value.as_object().ok_or_else(|| {
+        bad(
+            "Invalid AG-UI RunAgentInput envelope: the body must be a JSON object.".into(),
+            "无效的 AG-UI RunAgentInput：请求体必须是 JSON 对象。".into(),
+        )
+    })?;
+    let thread_id = non_empty(root, "threadId", "threadId")?;
+    let run_id = non_empty(root, "runId", "runId")?;
+    let parent_run_id = match root.get("parentRunId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(wrong_type("parentRunId", "a string", "字符串")),
+    };
+    if !root.contains_key("state") {
+        return Err(missing("state"));
+    }
+    let messages = root
+        .get("messages")
+        .ok_or_else(|| missing("messages"))?
+        .as_array()
+        .ok_or_else(|| wrong_type("messages", "an array", "数组"))?;
+    let tools = root
+        .get("tools")
+        .ok_or_else(|| missing("tools"))?
+        .as_array()
+        .ok_or_else(|| wrong_type("tools", "an array", "数组"))?;
+    if !tools.is_empty() {
+        return Err(bad(
+            "`tools` must be an empty array: client-defined tools are not supported.".into(),
+            "`tools` 必须是空数组：暂不支持客户端自定义工具。".into(),
+        ));
+    }
+    if !root
+        .get("context")
+        .ok_or_else(|| missing("context"))?
+        .is_array()
+    {
+        return Err(wrong_type("context", "an array", "数组"));
+    }
+    let forwarded = object(
+        root.get("forwardedProps")
+            .ok_or_else(|| missing("forwardedProps"))?,
+        "forwardedProps",
+    )?;
+    let iac = parse_iac_code(
+        forwarded
+            .get("iacCode")
+            .ok_or_else(|| missing("forwardedProps.iacCode"))?,
+        allowed_cwds,
+    )?;
+    let user_message = parse_messages(messages)?;
+    let resume = match root.get("resume") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_resume(v)?),
+    };
+    if user_message.is_none() && resume.is_none() {
+        return Err(bad(
+            "`messages` must contain a user message (or the request must carry `resume`).".into(),
+            "`messages` 必须包含一条 user 消息（或请求携带 `resume`）。".into(),
+        ));
+    }
+    Ok(RunInput {
+        digest: request_digest(&value),
+        thread_id,
+        run_id,
+        parent_run_id,
+        iac,
+        user_message,
+        resume,
+    })
+}
+
+/// The digest of the request with its secrets removed, so neither the state file nor a digest of
+/// a low-entropy secret can leak it.
+fn request_digest(value: &Value) -> String {
+    let mut v = value.clone();
+    if let Some(iac) = v
+        .pointer_mut("/forwardedProps/iacCode")
+        .and_then(Value::as_object_mut)
+    {
+        iac.remove("llmApiKey");
+        if let Some(cloud) = iac.get_mut("alibabaCloud").and_then(Value::as_object_mut) {
+            cloud.remove("accessKeySecret");
+            cloud.remove("securityToken");
+        }
+    }
+    crate::ids::json_digest(&v)
+}
+
+const IAC_CODE_FIELDS: &[&str] = &[
+    "schemaVersion",
+    "rosInvocationId",
+    "cwd",
+    "model",
+    "llmApiKey",
+    "thinking",
+    "userId",
+    "channel",
+    "preferredLanguage",
+    "candidatePresentation",
+    "runMode",
+    "pipelineName",
+    "cleanupOnly",
+    "alibabaCloud",
+];
+
+fn parse_iac_code(v: &Value, allowed_cwds: &[PathBuf]) -> Result<IacCode, Error> {
+    const P: &str = "forwardedProps.iacCode";
+    let obj = object(v, P)?;
+    reject_unknown(obj, IAC_CODE_FIELDS, P)?;
+    match obj.get("schemaVersion") {
+        None => return Err(missing("forwardedProps.iacCode.schemaVersion")),
+        Some(n) if n.as_f64() == Some(1.0) => {}
+        Some(_) => {
+            return Err(bad(
+                "`forwardedProps.iacCode.schemaVersion` must be 1.".into(),
+                "`forwardedProps.iacCode.schemaVersion` 必须为 1。".into(),
+            ))
+        }
+    }
+    let ros_invocation_id = non_empty(
+        obj,
+        "rosInvocationId",
+        "forwardedProps.iacCode.rosInvocationId",
+    )?;
+    if ros_invocation_id.chars().count() > MAX_ROS_INVOCATION_ID {
+        return Err(bad(
+            format!("`forwardedProps.iacCode.rosInvocationId` must be at most {MAX_ROS_INVOCATION_ID} characters."),
+            format!("`forwardedProps.iacCode.rosInvocationId` 最长 {MAX_ROS_INVOCATION_ID} 个字符。"),
+        ));
+    }
+    let cwd = non_empty(obj, "cwd", "forwardedProps.iacCode.cwd")?;
+    check_cwd(&cwd, allowed_cwds)?;
+    let s = |key: &str| string_field(obj, key, &format!("{P}.{key}"));
+    let thinking = match obj.get("thinking") {
+        None => None,
+        Some(t) => {
+            let path = "forwardedProps.iacCode.thinking";
+            let t = object(t, path)?;
+            reject_unknown(t, &["enabled", "effort", "budget"], path)?;
+            let budget = match t.get("budget") {
+                None => None,
+                Some(b) => match b.as_u64() {
+                    Some(n) if n > 0 => Some(n),
+                    _ => {
+                        return Err(wrong_type(
+                            "forwardedProps.iacCode.thinking.budget",
+                            "a positive integer",
+                            "正整数",
+                        ))
+                    }
+                },
+            };
+            Some(Thinking {
+                enabled: bool_field(t, "enabled", "forwardedProps.iacCode.thinking.enabled")?,
+                effort: string_field(t, "effort", "forwardedProps.iacCode.thinking.effort")?,
+                budget,
+            })
+        }
+    };
+    let alibaba_cloud = match obj.get("alibabaCloud") {
+        None => None,
+        Some(c) => {
+            let path = "forwardedProps.iacCode.alibabaCloud";
+            let c = object(c, path)?;
+            let keys = [
+                "accessKeyId",
+                "accessKeySecret",
+                "securityToken",
+                "regionId",
+            ];
+            reject_unknown(c, &keys, path)?;
+            let f = |k: &str| string_field(c, k, &format!("{path}.{k}"));
+            Some(AlibabaCloud {
+                access_key_id: f("accessKeyId")?,
+                access_key_secret: f("accessKeySecret")?,
+                security_token: f("securityToken")?,
+                region_id: f("regionId")?,
+            })
+        }
+    };
+    Ok(IacCode {
+        ros_invocation_id,
+        cwd,
+        model: s("model")?,
+        llm_api_key: s("llmApiKey")?,
+        thinking,
+        user_id: s("userId")?,
+        channel: s("channel")?,
+        preferred_language: s("preferredLanguage")?,
+        candidate_presentation: enum_field(
+            obj,
+            "candidatePresentation",
+            "forwardedProps.iacCode.candidatePresentation",
+            &["standard", "rich"],
+        )?,
+        run_mode: enum_field(
+            obj,
+            "runMode",
+            "forwardedProps.iacCode.runMode",
+            &["normal", "pipeline"],
+        )?,
+        pipeline_name: s("pipelineName")?,
+        cleanup_only: bool_field(obj, "cleanupOnly", "forwardedProps.iacCode.cleanupOnly")?,
+        alibaba_cloud,
+    })
+}
+
+/// An absolute path without `..`, inside one of the allowed roots (also after resolving symlinks
+/// when the path exists, so a link cannot lead out of the root).
+fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
+    let path = Path::new(cwd);
+    let lexical_ok =
+        path.is_absolute() && !path.components().any(|c| matches!(c, Component::ParentDir));
+    if !lexical_ok {
+        return Err(bad(
+            "`forwardedProps.iacCode.cwd` must be an absolute path without `..`.".into(),
+            "`forwardedProps.iacCode.cwd` 必须是不含 `..` 的绝对路径。".into(),
+        ));
+    }
+    let inside = |p: &Path| {
+        roots.iter().any(|root| {
+            p.starts_with(root)
+                || root
+                    .canonicalize()
+                    .map(|r| p.starts_with(r))
+                    .unwrap_or(false)
+        })
+    };
+    let resolved_ok = match path.canonicalize() {
+        Ok(real) => inside(&real),
+        Err(_) => true,
+    };
+    if inside(path) && resolved_ok {
+        Ok(())
+    } else {
+        Err(bad(
+            "`forwardedProps.iacCode.cwd` is not inside an allowed workspace root.".into(),
+            "`forwardedProps.iacCode.cwd` 不在允许的工作区根目录内。".into(),
+        ))
+    }
+}
+
+/// Checks every user message and returns the latest one in A2A form.
+fn parse_messages(messages: &[Value]) -> Result<Option<UserMessage>, Error> {
+    let mut latest = None;
+    let mut total_image_bytes = 0usize;
+    for (i, m) in messages.iter().enumerate() {
+        let path = format!("messages[{i}]");
+        let m = object(m, &path)?;
+        let role = non_empty(m, "role", &format!("{path}.role"))?;
+        if role != "user" {
+            continue;
+        }
+        let id = non_empty(m, "id", &format!("{path}.id"))?;
+        let content = m
+            .get("content")
+            .ok_or_else(|| missing(&format!("{path}.content")))?;
+        let parts = user_parts(content, &path, &mut total_image_bytes)?;
+        latest = Some(UserMessage { id, parts });
+    }
+    Ok(latest)
+}
+
+fn user_parts(content: &Value, path: &str, images: &mut usize) -> Result<Vec<Value>, Error> {
+    let empty = || {
+        bad(
+            format!("`{path}.content` must not be empty."),
+            format!("`{path}.content` 不能为空。"),
+        )
+    };
+    match content {
+        Value::String(s) if s.is_empty() => Err(empty()),
+        Value::String(s) => Ok(vec![serde_json::json!({ "text": s })]),
+        Value::Array(items) if items.is_empty() => Err(empty()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(j, part)| content_part(part, &format!("{path}.content[{j}]"), images))
+            .collect(),
+        _ => Err(wrong_type(
+            &format!("{path}.content"),
+            "a string or an array of parts",
+            "字符串或 part 数组",
+        )),
+    }
+}
+
+fn content_part(part: &Value, path: &str, images: &mut usize) -> Result<Value, Error> {
+    let obj = object(part, path)?;
+    let kind = non_empty(obj, "type", &format!("{path}.type"))?;
+    match kind.as_str() {
+        "text" => {
+            let text = string_field(obj, "text", &format!("{path}.text"))?
+                .ok_or_else(|| missing(&format!("{path}.text")))?;
+            Ok(serde_json::json!({ "text": text }))
+        }
+        "image" => {
+            let source = object(
+                obj.get("source").ok_or_else(|| missing(&format!("{path}.source")))?,
+                &format!("{path}.source"),
+            )?;
+            if source.get("type").and_then(Value::as_str) != Some("data") {
+                return Err(bad(
+                    format!("`{path}`: only inline base64 images (`source.type: \"data\"`) are supported; remote URLs are not."),
+                    format!("`{path}`：仅支持内联 base64 图片（`source.type: \"data\"`），不支持远程 URL。"),
+                ));
+            }
+            let mime = non_empty(source, "mimeType", &format!("{path}.source.mimeType"))?;
+            if !mime.starts_with("image/") {
+                return Err(wrong_type(&format!("{path}.source.mimeType"), "an image/* media type", "image/* 媒体类型"));
+            }
+            let data = non_empty(source, "value", &format!("{path}.source.value"))?;
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|_| wrong_type(&format!("{path}.source.value"), "valid base64", "合法的 base64"))?;
+            if decoded.len() > MAX_IMAGE_BYTES {
+                return Err(bad(
+                    format!("`{path}`: an image may be at most 8 MiB after decoding."),
+                    format!("`{path}`：单张图片解码后不得超过 8 MiB。"),
+                ));
+            }
+            *images += decoded.len();
+            if *images > MAX_IMAGES_BYTES {
+                return Err(bad(
+                    "All images together may be at most 10 MiB after decoding.".into(),
+                    "全部图片解码后合计不得超过 10 MiB。".into(),
+                ));
+            }
+            let mut raw = serde_json::json!({ "raw": data.trim(), "mediaType": mime });
+            if let Some(name) = obj.get("metadata").and_then(|m| m.get("filename")).and_then(Value::as_str) {
+                raw["filename"] = Value::String(name.to_string());
+            }
+            Ok(raw)
+        }
+        other => Err(bad(
+            format!("`{path}`: content parts of type `{other}` are not supported (only text and inline images)."),
+            format!("`{path}`：不支持 `{other}` 类型的内容（仅支持文本和内联图片）。"),
+        )),
+    }
+}
+
+fn parse_resume(v: &Value) -> Result<Vec<ResumeEntry>, Error> {
+    let items = v
+        .as_array()
+        .ok_or_else(|| wrong_type("resume", "an array", "数组"))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let path = format!("resume[{i}]");
+            let obj = object(item, &path)?;
+            let interrupt_id = non_empty(obj, "interruptId", &format!("{path}.interruptId"))?;
+            let status = enum_field(
+                obj,
+                "status",
+                &format!("{path}.status"),
+                &["resolved", "cancelled"],
+            )?
+            .ok_or_else(|| missing(&format!("{path}.status")))?;
+            let payload = match obj.get("payload") {
+                None | Some(Value::Null) => None,
+                Some(p) => Some(p.clone()),
+            };
+            Ok(ResumeEntry {
+                interrupt_id,
+                cancelled: status == "cancelled",
+                payload,
+            })
+        })
+        .collect()
+}
+
+/// The language of a request's messages, read before (and whether or not) it validates.
+pub fn request_lang(body: &[u8], accept_language: Option<&str>) -> Lang {
+    let preferred = serde_json::from_slice::<Value>(body).ok().and_then(|v| {
+        v.pointer("/forwardedProps/iacCode/preferredLanguage")
+            .and_then(Value::as_str)
+            .map(String::from)
+    });
+    Lang::choose(preferred.as_deref(), accept_language)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn roots() -> Vec<PathBuf> {
+        vec![PathBuf::from("/workspace")]
+    }
+
+    fn base() -> Value {
+        json!({
+            "threadId": "t1", "runId": "r1", "state": {}, "tools": [], "context": [],
+            "messages": [{"id": "m1", "role": "user", "content": "hi"}],
+            "forwardedProps": {"iacCode": {"schemaVersion": 1, "rosInvocationId": "inv-1", "cwd": "/workspace/s1"}}
+        })
+    }
+
+    fn parse(v: &Value) -> Result<RunInput, Error> {
+        parse_run(&serde_json::to_vec(v).unwrap(), &roots())
+    }
+
+    fn err_of(mut f: impl FnMut(&mut Value)) -> String {
+        let mut v = base();
+        f(&mut v);
+        parse(&v).unwrap_err().message(Lang::En).to_string()
+    }
+
+    #[test]
+    fn minimal_request_parses() {
+        let r = parse(&base()).unwrap();
+        assert_eq!(r.thread_id, "t1");
+        assert_eq!(r.user_message.unwrap().parts, vec![json!({"text": "hi"})]);
+        assert_eq!(r.iac.cwd, "/workspace/s1");
+    }
+
+    #[test]
+    fn unknown_iac_code_fields_are_rejected() {
+        let e = err_of(|v| v["forwardedProps"]["iacCode"]["extra"] = json!(1));
+        assert!(
+            e.contains("Unknown field `forwardedProps.iacCode.extra`"),
+            "{e}"
+        );
+        let e = err_of(|v| v["forwardedProps"]["iacCode"]["thinking"] = json!({"x": 1}));
+        assert!(e.contains("thinking.x"), "{e}");
+    }
+
+    #[test]
+    fn envelope_fields_are_required_and_typed() {
+        for key in [
+            "threadId",
+            "runId",
+            "state",
+            "messages",
+            "tools",
+            "context",
+            "forwardedProps",
+        ] {
+            let e = err_of(|v| {
+                v.as_object_mut().unwrap().remove(key);
+            });
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        assert!(err_of(|v| v["threadId"] = json!("")).contains("threadId"));
+        assert!(err_of(|v| v["tools"] = json!([{"name": "x"}])).contains("empty array"));
+    }
+
+    #[test]
+    fn iac_code_limits_and_types() {
+        let long = "x".repeat(257);
+        assert!(
+            err_of(|v| v["forwardedProps"]["iacCode"]["rosInvocationId"] = json!(long))
+                .contains("256")
+        );
+        assert!(
+            err_of(|v| v["forwardedProps"]["iacCode"]["schemaVersion"] = json!(2))
+                .contains("must be 1")
+        );
+        assert!(
+            err_of(|v| v["forwardedProps"]["iacCode"]["runMode"] = json!("fast"))
+                .contains("normal, pipeline")
+        );
+        assert!(
+            err_of(|v| v["forwardedProps"]["iacCode"]["thinking"] = json!({"budget": 0}))
+                .contains("positive integer")
+        );
+        assert!(
+            err_of(|v| v["forwardedProps"]["iacCode"]["cleanupOnly"] = json!("yes"))
+                .contains("boolean")
+        );
+        assert!(err_of(
+            |v| v["forwardedProps"]["iacCode"]["candidatePresentation"] = json!("fancy")
+        )
+        .contains("standard, rich"));
+    }
+
+    #[test]
+    fn cwd_must_be_absolute_and_inside_a_root() {
+        assert!(
+            err_of(|v| v["forwardedProps"]["iacCode"]["cwd"] = json!("rel/path"))
+                .contains("absolute")
+        );
+        assert!(
+            err_of(|v| v["forwardedProps"]["iacCode"]["cwd"] = json!("/workspace/../etc"))
+                .contains("absolute")
+        );
+        assert!(
+            err_of(|v| v["forwardedProps"]["iacCode"]["cwd"] = json!("/etc")).contains("allowed")
+        );
+        assert!(
+            err_of(|v| v["forwardedProps"]["iacCode"]["cwd"] = json!("/workspacex"))
+                .contains("allowed")
+        );
+    }
+
+    #[test]
+    fn only_text_and_inline_images_are_accepted() {
+        let img = base64::engine::general_purpose::STANDARD.encode([1u8, 2, 3]);
+        let mut v = base();
+        v["messages"][0]["content"] = json!([
+            {"type": "text", "text": "look"},
+            {"type": "image", "source": {"type": "data", "value": img, "mimeType": "image/png"}}
+        ]);
+        let parts = parse(&v).unwrap().user_message.unwrap().parts;
+        assert_eq!(parts[1], json!({"raw": img, "mediaType": "image/png"}));
+        for part in [
+            json!({"type": "image", "source": {"type": "url", "value": "http://x/y.png"}}),
+            json!({"type": "audio", "source": {"type": "data", "value": "AA==", "mimeType": "audio/wav"}}),
+            json!({"type": "video", "source": {"type": "data", "value": "AA==", "mimeType": "video/mp4"}}),
+            json!({"type": "document", "source": {"type": "data", "value": "AA==", "mimeType": "application/pdf"}}),
+            json!({"type": "binary", "mimeType": "application/octet-stream", "data": "AA=="}),
+            json!({"type": "image", "source": {"type": "data", "value": "!!!", "mimeType": "image/png"}}),
+        ] {
+            let e = err_of(|v| v["messages"][0]["content"] = json!([part.clone()]));
+            assert!(e.contains("content[0]"), "{part}: {e}");
+        }
+    }
+
+    #[test]
+    fn image_size_limits() {
+        let big = base64::engine::general_purpose::STANDARD.encode(vec![0u8; MAX_IMAGE_BYTES + 1]);
+        let e = err_of(
+            |v| v["messages"][0]["content"] = json!([{"type": "image", "source": {"type": "data", "value": big, "mimeType": "image/png"}}]),
+        );
+        assert!(e.contains("8 MiB"), "{e}");
+        let six = base64::engine::general_purpose::STANDARD.encode(vec![0u8; 6 * 1024 * 1024]);
+        let img = json!({"type": "image", "source": {"type": "data", "value": six, "mimeType": "image/png"}});
+        let e = err_of(|v| v["messages"][0]["content"] = json!([img.clone(), img.clone()]));
+        assert!(e.contains("10 MiB"), "{e}");
+    }
+
+    #[test]
+    fn resume_entries_parse_and_a_message_is_optional_then() {
+        let mut v = base();
+        v["messages"] = json!([]);
+        v["resume"] =
+            json!([{"interruptId": "p1", "status": "resolved", "payload": {"decision": "deny"}}]);
+        let r = parse(&v).unwrap();
+        assert_eq!(
+            r.resume.unwrap()[0].payload,
+            Some(json!({"decision": "deny"}))
+        );
+        v["resume"] = json!([{"interruptId": "p1", "status": "maybe"}]);
+        assert!(parse(&v).is_err());
+        v.as_object_mut().unwrap().remove("resume");
+        assert!(parse(&v).is_err());
+    }
+
+    #[test]
+    fn errors_never_echo_secret_values_and_digest_ignores_them() {
+        let e = err_of(|v| v["forwardedProps"]["iacCode"]["llmApiKey"] = json!(12345));
+        assert!(!e.contains("12345"));
+        let mut a = base();
+        a["forwardedProps"]["iacCode"]["llmApiKey"] = json!("sk-one");
+        let mut b = base();
+        b["forwardedProps"]["iacCode"]["llmApiKey"] = json!("sk-two");
+        assert_eq!(parse(&a).unwrap().digest, parse(&b).unwrap().digest);
+        b["messages"][0]["content"] = json!("other");
+        assert_ne!(parse(&a).unwrap().digest, parse(&b).unwrap().digest);
+    }
+
+    #[test]
+    fn messages_are_localized() {
+        let mut v = base();
+        v["tools"] = json!([1]);
+        let e = parse(&v).unwrap_err();
+        assert!(e.message(Lang::Zh).contains("空数组"));
+    }
+}

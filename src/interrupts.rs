@@ -1,0 +1,496 @@
+//! A2A input waits as AG-UI interrupts, and AG-UI resume answers as A2A messages.
+//!
+//! One place owns every interrupt kind: how its envelope becomes an AG-UI `Interrupt` (reason,
+//! message, `responseSchema`, metadata) and how a resolved payload becomes the answer the kernel
+//! understands (a permission data part, or the answer text for questions and selections).
+
+use crate::error::{Code, Error, Lang};
+use serde_json::{json, Map, Value};
+
+/// Envelope fields kept in the state file (the reference's whitelist: display and correlation
+/// fields only, never conversation text).
+const PERSISTED_FIELDS: &[&str] = &[
+    "schemaVersion",
+    "kind",
+    "requestTaskId",
+    "contextId",
+    "inputId",
+    "toolUseId",
+    "toolName",
+    "title",
+    "purpose",
+    "effect",
+    "target",
+    "isReadOnly",
+    "prompt",
+    "safeSummary",
+    "options",
+    "language",
+    "deploymentSummary",
+    "scope",
+    "subPipelineId",
+    "operation",
+    "displayParameters",
+    "allowFreeText",
+    "freeTextPrompt",
+    "required",
+    "selector",
+];
+
+/// The required inputs of one A2A item's `metadata.iac_code`: `input` plus every
+/// `pendingPermissions[]` item, de-duplicated by `inputId`, reduced to the persisted fields.
+pub fn inputs_of(iac: &Value) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    let single = iac.get("input").into_iter();
+    let listed = iac
+        .get("pendingPermissions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    for item in single.chain(listed) {
+        if item.get("required") != Some(&Value::Bool(true)) {
+            continue;
+        }
+        let Some(id) = item.get("inputId").and_then(Value::as_str) else {
+            continue;
+        };
+        if out.iter().any(|v| v["inputId"] == id) {
+            continue;
+        }
+        let mut kept = Map::new();
+        for key in PERSISTED_FIELDS {
+            if let Some(v) = item.get(*key) {
+                kept.insert(key.to_string(), v.clone());
+            }
+        }
+        out.push(Value::Object(kept));
+    }
+    out
+}
+
+/// Whether an input is a concurrent side wait of a pipeline (several may be pending at once).
+pub fn is_sideband(input: &Value) -> bool {
+    input.get("scope").and_then(Value::as_str) == Some("candidate")
+        || input.get("subPipelineId").and_then(Value::as_str).is_some()
+}
+
+fn kind(input: &Value) -> &str {
+    input.get("kind").and_then(Value::as_str).unwrap_or("")
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// Options normalised to `{id, title}`; duplicate ids get `-2`, `-3` suffixes.
+pub fn standard_options(input: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let raw = input.get("options").and_then(Value::as_array);
+    for (i, option) in raw.into_iter().flatten().enumerate() {
+        let scalar = |v: &Value| match v {
+            Value::String(s) if !s.is_empty() => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        };
+        let id = option
+            .get("id")
+            .and_then(scalar)
+            .or_else(|| option.get("candidate_index").and_then(scalar))
+            .or_else(|| scalar(option))
+            .unwrap_or_else(|| i.to_string());
+        let title = ["label", "name", "title"]
+            .iter()
+            .find_map(|k| str_of(option, k))
+            .map(String::from)
+            .unwrap_or_else(|| id.clone());
+        let mut unique = id.clone();
+        let mut n = 2;
+        while out.iter().any(|(o, _)| *o == unique) {
+            unique = format!("{id}-{n}");
+            n += 1;
+        }
+        out.push((unique, title));
+    }
+    out
+}
+
+/// The JSON Schema a resolved payload must satisfy.
+pub fn response_schema(input: &Value) -> Value {
+    let options = standard_options(input);
+    match kind(input) {
+        "permission" => json!({
+            "type": "object",
+            "properties": {"decision": {"type": "string", "enum": ["allow_once", "deny"]}},
+            "required": ["decision"],
+            "additionalProperties": false
+        }),
+        "cloud_resource_selection" => json!({"oneOf": [
+            {"type": "object", "properties": {"value": {"type": "string", "minLength": 1}, "label": {"type": "string"}},
+             "required": ["value"], "additionalProperties": false},
+            free_text_branch()
+        ]}),
+        "deployment_confirmation" => {
+            let raw = input
+                .get("options")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let overrides = json!({"type": "object"});
+            let mut branches: Vec<Value> = options
+                .iter()
+                .map(|(id, title)| {
+                    json!({"type": "object", "title": title,
+                    "properties": {"selectedId": {"const": id}, "parameter_overrides": overrides},
+                    "required": ["selectedId"], "additionalProperties": false})
+                })
+                .collect();
+            let mut actions: Vec<&str> = raw
+                .iter()
+                .filter_map(|o| o.get("action").and_then(Value::as_str))
+                .collect();
+            actions.dedup();
+            branches.push(json!({"type": "object",
+                "properties": {"action": {"type": "string", "enum": actions}, "parameter_overrides": overrides},
+                "required": ["action"], "additionalProperties": false}));
+            json!({ "oneOf": branches })
+        }
+        _ => {
+            let mut branches: Vec<Value> = options
+                .iter()
+                .map(|(id, title)| {
+                    json!({"type": "object", "title": title,
+                    "properties": {"selectedId": {"const": id}},
+                    "required": ["selectedId"], "additionalProperties": false})
+                })
+                .collect();
+            let free = input.get("allowFreeText") == Some(&Value::Bool(true));
+            if free || branches.is_empty() {
+                branches.push(free_text_branch());
+            }
+            json!({ "oneOf": branches })
+        }
+    }
+}
+
+fn free_text_branch() -> Value {
+    json!({"type": "object", "properties": {"freeText": {"type": "string", "minLength": 1}},
+           "required": ["freeText"], "additionalProperties": false})
+}
+
+/// Checks a deployment confirmation envelope: every option needs a unique non-empty `id` of at most
+/// 200 characters and an `action` among confirm/adjust/reselect/cancel.
+pub fn check_envelope(input: &Value) -> Result<(), Error> {
+    if kind(input) != "deployment_confirmation" {
+        return Ok(());
+    }
+    let options = input
+        .get("options")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut seen = Vec::new();
+    for o in &options {
+        let id = o.get("id").and_then(Value::as_str).unwrap_or("");
+        let action = o.get("action").and_then(Value::as_str).unwrap_or("");
+        let ok_action = matches!(action, "confirm" | "adjust" | "reselect" | "cancel");
+        if id.is_empty() || id.chars().count() > 200 || seen.contains(&id) || !ok_action {
+            return Err(Error::a2a_protocol(
+                "a deployment confirmation option is invalid",
+            ));
+        }
+        seen.push(id);
+    }
+    Ok(())
+}
+
+/// The AG-UI `Interrupt` for a pending input.
+pub fn to_interrupt(input: &Value, expires_at: &str, lang: Lang) -> Value {
+    let options = standard_options(input);
+    let is_permission = kind(input) == "permission";
+    let message = if is_permission {
+        str_of(input, "prompt")
+            .or_else(|| str_of(input, "title"))
+            .map(String::from)
+            .unwrap_or_else(|| match lang {
+                Lang::En => "Permission required".into(),
+                Lang::Zh => "需要授权".into(),
+            })
+    } else {
+        let mut m = str_of(input, "prompt")
+            .or_else(|| str_of(input, "title"))
+            .unwrap_or("")
+            .to_string();
+        for (id, title) in &options {
+            if !m.is_empty() {
+                m.push('\n');
+            }
+            m.push_str(&format!("- {id}: {title}"));
+        }
+        m
+    };
+    let mut metadata = input.as_object().cloned().unwrap_or_default();
+    metadata.insert("schemaVersion".into(), json!(1));
+    metadata.insert(
+        "standardOptions".into(),
+        options
+            .iter()
+            .map(|(id, title)| json!({"id": id, "title": title}))
+            .collect(),
+    );
+    let mut interrupt = json!({
+        "id": input.get("inputId").cloned().unwrap_or(Value::Null),
+        "reason": if is_permission { "tool_call" } else { "input_required" },
+        "message": message,
+        "responseSchema": response_schema(input),
+        "expiresAt": expires_at,
+        "metadata": metadata,
+    });
+    if let Some(tool) = str_of(input, "toolUseId") {
+        interrupt["toolCallId"] = json!(tool);
+    }
+    interrupt
+}
+
+/// What to send the kernel for one answered interrupt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// Parts of a `ROLE_USER` message on the waiting task (plus optional `metadata.iac_code` keys).
+    Message {
+        parts: Vec<Value>,
+        extra_metadata: Option<Value>,
+    },
+    /// A cancelled question or selection: the execution is cancelled (as the reference does).
+    CancelExecution,
+}
+
+/// Validates a resume entry against its interrupt and builds the kernel answer.
+pub fn answer(input: &Value, cancelled: bool, payload: Option<&Value>) -> Result<Answer, Error> {
+    let is_permission = kind(input) == "permission";
+    if cancelled && !is_permission {
+        return Ok(Answer::CancelExecution);
+    }
+    let deny = json!({"decision": "deny"});
+    let payload = if cancelled { Some(&deny) } else { payload };
+    let Some(payload) = payload else {
+        return Err(payload_invalid("the resolved answer has no payload"));
+    };
+    let schema = response_schema(input);
+    let validator = jsonschema::validator_for(&schema)
+        .map_err(|_| payload_invalid("the interrupt's response schema is invalid"))?;
+    if let Some(first) = validator.iter_errors(payload).next() {
+        // The schema error names the failing location, never the payload's values.
+        let at = first.instance_path.to_string();
+        let at = if at.is_empty() { "/".to_string() } else { at };
+        return Err(payload_invalid(&format!(
+            "the payload does not match the interrupt's responseSchema at `{at}`"
+        )));
+    }
+    if is_permission {
+        let data = json!({
+            "schemaVersion": 1,
+            "kind": "permission",
+            "requestTaskId": input.get("requestTaskId").cloned().unwrap_or(Value::Null),
+            "inputId": input.get("inputId").cloned().unwrap_or(Value::Null),
+            "toolUseId": input.get("toolUseId").cloned().unwrap_or(Value::Null),
+            "decision": payload["decision"],
+        });
+        return Ok(Answer::Message {
+            parts: vec![json!({"data": data, "mediaType": "application/json"})],
+            extra_metadata: None,
+        });
+    }
+    let text = answer_text(input, payload);
+    if text.trim().is_empty() {
+        return Err(payload_invalid(
+            "the interrupt response does not contain an answer",
+        ));
+    }
+    let extra_metadata =
+        (kind(input) == "cloud_resource_selection" && payload.get("value").is_some()).then(|| {
+            let mut r = json!({
+                "schemaVersion": 1, "kind": "cloud_resource_selection", "status": "selected",
+                "requestTaskId": input.get("requestTaskId"), "contextId": input.get("contextId"),
+                "inputId": input.get("inputId"), "toolUseId": input.get("toolUseId"),
+                "selectorId": input.pointer("/selector/id"), "value": payload["value"],
+            });
+            if let Some(label) = payload.get("label") {
+                r["label"] = label.clone();
+            }
+            json!({ "inputResponse": r })
+        });
+    Ok(Answer::Message {
+        parts: vec![json!({ "text": text })],
+        extra_metadata,
+    })
+}
+
+/// The answer text the kernel matches: free text as is, a selected option by its label.
+fn answer_text(input: &Value, payload: &Value) -> String {
+    if let Some(text) = str_of(payload, "freeText").or_else(|| str_of(payload, "free_text")) {
+        return text.to_string();
+    }
+    if kind(input) == "cloud_resource_selection" {
+        return str_of(payload, "label")
+            .or_else(|| str_of(payload, "value"))
+            .unwrap_or("")
+            .to_string();
+    }
+    let selected = str_of(payload, "selectedId").or_else(|| str_of(payload, "selected_id"));
+    let option = selected.and_then(|id| {
+        let index = standard_options(input).iter().position(|(o, _)| o == id)?;
+        input.get("options")?.as_array()?.get(index).cloned()
+    });
+    if kind(input) == "deployment_confirmation" {
+        let action = option
+            .as_ref()
+            .and_then(|o| str_of(o, "action").map(String::from))
+            .or_else(|| str_of(payload, "action").map(String::from))
+            .unwrap_or_default();
+        let mut v = json!({ "action": action });
+        if let Some(o) = payload.get("parameter_overrides") {
+            v["parameter_overrides"] = o.clone();
+        }
+        return v.to_string();
+    }
+    match (option, selected) {
+        (Some(o), Some(id)) => ["label", "name"]
+            .iter()
+            .find_map(|k| str_of(&o, k))
+            .unwrap_or(id)
+            .to_string(),
+        (None, Some(id)) => id.to_string(),
+        _ => String::new(),
+    }
+}
+
+fn payload_invalid(why: &str) -> Error {
+    Error::new(
+        Code::ResumePayloadInvalid,
+        format!(
+            "The resume payload is invalid: {why}. The interrupt stays pending; answer it again."
+        ),
+        format!("Resume payload 无效：{why}。该 Interrupt 仍待处理，可重新提交。"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn permission() -> Value {
+        json!({"kind": "permission", "schemaVersion": 1.0, "requestTaskId": "task-1", "contextId": "ctx",
+               "inputId": "permission-1", "toolUseId": "call_1", "toolName": "write_file",
+               "prompt": "Change a workspace file Allow once?", "title": "Change a workspace file",
+               "required": true, "options": [{"id": "allow_once", "label": "Allow once"}, {"id": "deny", "label": "Deny"}]})
+    }
+
+    fn question() -> Value {
+        json!({"kind": "ask_user_question", "inputId": "ask-1", "requestTaskId": "task-1", "required": true,
+               "prompt": "Which region?", "allowFreeText": true,
+               "options": [{"id": "a", "label": "Hangzhou"}, {"id": "a", "label": "Beijing"}]})
+    }
+
+    #[test]
+    fn inputs_need_required_true_and_are_deduplicated() {
+        let iac = json!({"input": permission(), "pendingPermissions": [permission(), {"inputId": "x", "required": false}]});
+        assert_eq!(inputs_of(&iac).len(), 1);
+    }
+
+    #[test]
+    fn permission_interrupt_matches_the_reference_shape() {
+        let i = to_interrupt(&permission(), "2026-01-01T00:00:00Z", Lang::En);
+        assert_eq!(i["id"], "permission-1");
+        assert_eq!(i["reason"], "tool_call");
+        assert_eq!(i["toolCallId"], "call_1");
+        assert_eq!(i["message"], "Change a workspace file Allow once?");
+        assert_eq!(i["metadata"]["schemaVersion"], 1);
+        assert_eq!(
+            i["metadata"]["standardOptions"][1],
+            json!({"id": "deny", "title": "Deny"})
+        );
+        assert_eq!(
+            i["responseSchema"]["properties"]["decision"]["enum"],
+            json!(["allow_once", "deny"])
+        );
+    }
+
+    #[test]
+    fn questions_list_options_and_dedupe_ids() {
+        let i = to_interrupt(&question(), "t", Lang::En);
+        assert_eq!(i["reason"], "input_required");
+        assert_eq!(i["message"], "Which region?\n- a: Hangzhou\n- a-2: Beijing");
+        assert_eq!(i["responseSchema"]["oneOf"].as_array().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn permission_answers_are_strict_data_parts() {
+        let a = answer(
+            &permission(),
+            false,
+            Some(&json!({"decision": "allow_once"})),
+        )
+        .unwrap();
+        let Answer::Message { parts, .. } = a else {
+            panic!()
+        };
+        assert_eq!(parts[0]["data"]["decision"], "allow_once");
+        assert_eq!(parts[0]["data"]["requestTaskId"], "task-1");
+        assert_eq!(parts[0]["data"].as_object().unwrap().len(), 6);
+        let denied = answer(&permission(), true, None).unwrap();
+        let Answer::Message { parts, .. } = denied else {
+            panic!()
+        };
+        assert_eq!(parts[0]["data"]["decision"], "deny");
+        for bad in [
+            json!({"decision": "always"}),
+            json!({}),
+            json!({"decision": "deny", "x": 1}),
+        ] {
+            let e = answer(&permission(), false, Some(&bad)).unwrap_err();
+            assert_eq!(e.code, Code::ResumePayloadInvalid);
+        }
+        assert_eq!(
+            answer(&permission(), false, None).unwrap_err().code,
+            Code::ResumePayloadInvalid
+        );
+    }
+
+    #[test]
+    fn question_answers_become_text() {
+        let text = |p: Value| match answer(&question(), false, Some(&p)).unwrap() {
+            Answer::Message { parts, .. } => parts[0]["text"].as_str().unwrap().to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(text(json!({"selectedId": "a-2"})), "Beijing");
+        assert_eq!(text(json!({"freeText": "Shanghai"})), "Shanghai");
+        assert!(answer(&question(), false, Some(&json!({"selectedId": "zz"}))).is_err());
+        assert_eq!(
+            answer(&question(), true, None).unwrap(),
+            Answer::CancelExecution
+        );
+    }
+
+    #[test]
+    fn selection_without_free_text_refuses_it() {
+        let mut q = question();
+        q["kind"] = json!("candidate_selection");
+        q["allowFreeText"] = json!(false);
+        assert!(answer(&q, false, Some(&json!({"freeText": "x"}))).is_err());
+        assert!(answer(&q, false, Some(&json!({"selectedId": "a"}))).is_ok());
+    }
+
+    #[test]
+    fn deployment_confirmation_sends_the_action() {
+        let d = json!({"kind": "deployment_confirmation", "inputId": "d1", "required": true,
+                       "options": [{"id": "go", "label": "Deploy", "action": "confirm"}, {"id": "no", "action": "cancel"}]});
+        check_envelope(&d).unwrap();
+        let Answer::Message { parts, .. } =
+            answer(&d, false, Some(&json!({"selectedId": "go"}))).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(parts[0]["text"], r#"{"action":"confirm"}"#);
+        let bad = json!({"kind": "deployment_confirmation", "options": [{"id": "go", "action": "launch"}]});
+        assert!(check_envelope(&bad).is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! # iac-code-agui
+//!
+//! An [AG-UI](https://docs.ag-ui.com) adapter for the iac-code A2A execution kernel. Web consoles
+//! POST a `RunAgentInput` and read an SSE stream of AG-UI events; the adapter turns each run into
+//! A2A 1.0 JSON-RPC calls (`SendStreamingMessage`, `GetTask`, `CancelTask`) on a loopback kernel and
+//! projects the task updates back. It never runs an agent itself.
+//!
+//! The crate is plain blocking Rust: a tiny_http worker pool, one OS thread per SSE run reading
+//! the upstream with ureq, one heartbeat thread. Each module is one concern:
+//!
+//! | module | concern |
+//! |---|---|
+//! | [`config`] | flags, environment, YAML (`--config`) |
+//! | [`http`] | routes, auth, body limits, pre-SSE errors |
+//! | [`input`] | validation of `RunAgentInput` and `forwardedProps.iacCode` |
+//! | [`run`] | admission, the life of a run, resume, the cancel extension |
+//! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
+//! | [`interrupts`] | input waits as interrupts, resume answers as A2A messages |
+//! | [`a2a`] | the JSON-RPC client and the `metadata.iac_code` key table |
+//! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
+//! | [`stream`] | the client's SSE response and the heartbeat timer |
+//! | [`store`] | per-thread JSON state files, atomically replaced |
+//! | [`kernel`] | supervision of a managed `iac-code a2a` |
+//! | [`error`] | the one error type, with the spec's codes, in English and Chinese |
+//! | [`ids`] | ids, digests, clocks |
+//!
+//! The projection can be driven without sockets:
+//!
+//! ```
+//! use iac_code_agui::error::Lang;
+//! use iac_code_agui::projection::{End, FinishAs, Projection, RunIds};
+//! use serde_json::json;
+//!
+//! let ids = RunIds { thread_id: "t".into(), run_id: "r".into(), context_id: "ctx".into(), ..Default::default() };
+//! let mut p = Projection::new(ids, Lang::En);
+//! let mut events = Vec::new();
+//! p.start(&mut events);
+//! let update = json!({"statusUpdate": {"taskId": "task-1", "contextId": "ctx",
+//!     "status": {"state": "TASK_STATE_WORKING",
+//!                "message": {"messageId": "m1", "role": "ROLE_AGENT", "parts": [{"text": "Hello"}]}}}});
+//! assert_eq!(p.on_item(&update, &mut events).unwrap(), None);
+//! let done = json!({"statusUpdate": {"taskId": "task-1", "contextId": "ctx",
+//!     "status": {"state": "TASK_STATE_INPUT_REQUIRED"}}});
+//! assert_eq!(p.on_item(&done, &mut events).unwrap(), Some(End::Success));
+//! p.finish(&FinishAs::Success, &mut events);
+//! let types: Vec<_> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+//! assert_eq!(types, ["RUN_STARTED", "CUSTOM", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT",
+//!                    "TEXT_MESSAGE_END", "RUN_FINISHED"]);
+//! ```
+
+pub mod a2a;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod ids;
+pub mod input;
+pub mod interrupts;
+pub mod kernel;
+pub mod projection;
+pub mod run;
+pub mod sse;
+pub mod store;
+pub mod stream;

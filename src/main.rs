@@ -1,0 +1,97 @@
+//! `iac-code-agui`: parse the configuration, start (or reach) the A2A kernel, serve AG-UI.
+
+use iac_code_agui::a2a::A2aClient;
+use iac_code_agui::config::{Command, USAGE};
+use iac_code_agui::http;
+use iac_code_agui::kernel::Kernel;
+use iac_code_agui::run::App;
+use iac_code_agui::store::Store;
+use iac_code_agui::stream::Heartbeats;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn main() {
+    let config = match Command::parse(std::env::args().skip(1), |k| std::env::var(k).ok()) {
+        Ok(Command::Run(c)) => *c,
+        Ok(Command::Help) => {
+            print!("{USAGE}");
+            return;
+        }
+        Ok(Command::Version) => {
+            println!("iac-code-agui {}", env!("CARGO_PKG_VERSION"));
+            return;
+        }
+        Err(msg) => {
+            eprintln!("iac-code-agui: {msg}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let level = if config.debug { "debug" } else { "info" };
+    let mut logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level));
+    if config.log_stdout {
+        logger.target(env_logger::Target::Stdout);
+    }
+    logger.init();
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let server = match tiny_http::Server::http((config.host.as_str(), config.port)) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!(
+                "iac-code-agui: cannot listen on {}:{}: {e}",
+                config.host, config.port
+            );
+            std::process::exit(1);
+        }
+    };
+    let (url, managed) = match &config.a2a_url {
+        Some(url) => (url.clone(), None),
+        None => match Kernel::start(&config) {
+            Ok(k) => (k.url(), Some(k)),
+            Err(e) => {
+                eprintln!("iac-code-agui: {e}");
+                std::process::exit(1);
+            }
+        },
+    };
+    if let Some(k) = &managed {
+        k.supervise();
+    }
+    let app = Arc::new(App {
+        a2a: A2aClient::new(&url, config.a2a_token.clone(), config.a2a_idle_timeout),
+        store: Store::new(config.state_dir.clone()),
+        heartbeats: Heartbeats::start(config.heartbeat),
+        config,
+    });
+    http::serve(app.clone(), server.clone(), app.config.workers);
+    let addr = server.server_addr();
+    log::info!("iac-code-agui listening on http://{addr} (A2A {url})");
+    let mut idle_since = Instant::now();
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+        if app.store.active_runs() > 0 {
+            idle_since = Instant::now();
+        }
+        let idle = app.config.idle_shutdown;
+        if !idle.is_zero() && idle_since.elapsed() >= idle {
+            log::info!("idle for {idle:?}; shutting down");
+            break;
+        }
+    }
+    log::info!("stopping");
+    if let Some(k) = managed {
+        k.stop();
+    }
+}

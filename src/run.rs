@@ -1,0 +1,826 @@
+//! Run orchestration: admission of a request to a thread, then the life of one run on its own OS
+//! thread (new turn or resume), and the cancel extension.
+//!
+//! Admission ([`admit`]) holds the thread's mutex just long enough to check idempotency, binding and
+//! the thread's mode, record the run digest durably and mark the thread busy. The run itself
+//! ([`run`]) then owns the thread's document until it ends: it streams the A2A task through the
+//! [`Projection`], persists what a restart needs before announcing it (fail closed), and always
+//! closes the stream with `RUN_FINISHED` or `RUN_ERROR`, even when it panics.
+
+use crate::a2a::{iac_code_metadata, A2aClient, A2aStream};
+use crate::config::Config;
+use crate::error::{Code, Error, Lang};
+use crate::ids;
+use crate::input::{ResumeEntry, RunInput};
+use crate::interrupts::{self, Answer};
+use crate::projection::{Durable, End, FinishAs, Projection, RunIds};
+use crate::store::{ActiveRun, AppliedDigest, Execution, Pending, Slot, Store, ThreadDoc};
+use crate::stream::{Heartbeats, SseStream};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Everything a request needs, shared by all threads.
+pub struct App {
+    pub config: Config,
+    pub a2a: A2aClient,
+    pub store: Store,
+    pub heartbeats: Heartbeats,
+}
+
+enum Mode {
+    NewTurn,
+    Resume(Vec<ResumeEntry>),
+    /// The pending interrupts expired at admission; the resume is refused in the stream.
+    Expired,
+}
+
+/// A request admitted to its thread: the thread is busy until [`run`] ends.
+/// Dropping it, wherever that happens, frees the thread again.
+pub struct Admitted {
+    input: RunInput,
+    lang: Lang,
+    doc: ThreadDoc,
+    active: Arc<ActiveRun>,
+    mode: Mode,
+    guard: ActiveGuard,
+}
+
+fn conflict(code: Code, en: &str, zh: &str) -> Error {
+    Error::new(code, en, zh)
+}
+
+/// Checks a request against its thread and marks the thread busy.
+pub fn admit(app: &Arc<App>, input: RunInput, lang: Lang) -> Result<Admitted, Error> {
+    let thread_id = input.thread_id.clone();
+    let slot = app.store.slot(&thread_id);
+    let admitted = admit_locked(app, &slot, input, lang);
+    if admitted.is_err() {
+        drop(slot);
+        app.store.release(&thread_id);
+    }
+    admitted
+}
+
+fn admit_locked(
+    app: &Arc<App>,
+    slot: &Arc<Mutex<Slot>>,
+    input: RunInput,
+    lang: Lang,
+) -> Result<Admitted, Error> {
+    let mut guard = slot.lock();
+    if guard.active.is_some() {
+        return Err(conflict(
+            Code::ThreadBusy,
+            "The thread already has an active run.",
+            "该 thread 已有活动的 run。",
+        ));
+    }
+    let stored = app.store.load(&input.thread_id)?;
+    if let Some(doc) = &stored {
+        if let Some(d) = doc.run_digests.get(&input.run_id) {
+            return Err(if *d == input.digest {
+                conflict(
+                    Code::DuplicateRunId,
+                    "The AG-UI run id has already been used for this request.",
+                    "该 AG-UI run ID 已被相同请求使用。",
+                )
+            } else {
+                conflict(
+                    Code::RunIdConflict,
+                    "The AG-UI run id has already been used by a different request.",
+                    "该 AG-UI run ID 已被另一个请求使用。",
+                )
+            });
+        }
+        if doc.cwd != input.iac.cwd || doc.user_id != input.iac.user_id {
+            return Err(conflict(
+                Code::ThreadBindingConflict,
+                "The thread is bound to another workspace or caller (cwd/userId).",
+                "该 thread 已绑定到其他工作区或调用方（cwd/userId）。",
+            ));
+        }
+    }
+    let mut doc = match stored {
+        Some(doc) => doc,
+        None if input.resume.is_some() => return Err(lost()),
+        None => ThreadDoc::new(
+            &input.thread_id,
+            &input.iac.cwd,
+            input.iac.user_id.as_deref(),
+        ),
+    };
+    let expired = expire_pending(app, &mut doc);
+    let mode = match &input.resume {
+        Some(entries) => {
+            let exec = doc.execution.as_ref().ok_or_else(lost)?;
+            if exec.ros_invocation_id != input.iac.ros_invocation_id {
+                return Err(lost());
+            }
+            if expired {
+                Mode::Expired
+            } else {
+                Mode::Resume(entries.clone())
+            }
+        }
+        None => {
+            if doc.pending_count() > 0 {
+                return Err(conflict(
+                    Code::ResumeRequired,
+                    "The thread is waiting for an interrupt response; send `resume` first.",
+                    "该 thread 正在等待 Interrupt 响应，请先发送 `resume`。",
+                ));
+            }
+            if input.user_message.is_none() {
+                return Err(Error::invalid(
+                    "A new run requires a user message.",
+                    "新的 run 需要一条 user 消息。",
+                ));
+            }
+            doc.execution = Some(Execution {
+                execution_id: ids::uuid_v4(),
+                ros_invocation_id: input.iac.ros_invocation_id.clone(),
+                task_id: None,
+                pending: Default::default(),
+                pipeline_open_steps: vec![],
+                pipeline_sequence: 0,
+                text_snapshot_digests: vec![],
+            });
+            Mode::NewTurn
+        }
+    };
+    doc.run_digests
+        .insert(input.run_id.clone(), input.digest.clone());
+    app.store.save(&doc)?;
+    let exec = doc.execution.as_ref().ok_or_else(lost)?;
+    let active = ActiveRun::new(&input.run_id, &exec.execution_id, exec.task_id.clone());
+    guard.active = Some(active.clone());
+    drop(guard);
+    Ok(Admitted {
+        input,
+        lang,
+        doc,
+        active,
+        mode,
+        guard: ActiveGuard {
+            app: app.clone(),
+            slot: Some(slot.clone()),
+            thread_id: String::new(),
+        },
+    })
+    .map(|mut a| {
+        a.guard.thread_id = a.input.thread_id.clone();
+        a
+    })
+}
+
+/// Expired interrupts: cleared (durably, best effort) and their task cancelled. `true` if any.
+fn expire_pending(app: &App, doc: &mut ThreadDoc) -> bool {
+    let now = ids::now_ms();
+    let Some(exec) = &doc.execution else {
+        return false;
+    };
+    let expired = exec
+        .pending
+        .values()
+        .any(|p| p.expires_at_ms.is_some_and(|t| t <= now));
+    if !expired {
+        return false;
+    }
+    let task = exec.task_id.clone();
+    doc.mark_terminal();
+    if let Err(e) = app.store.save(doc) {
+        log::error!("cannot record expired interrupts: {e}");
+    }
+    if let Some(task) = task {
+        let a2a = app.a2a.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = a2a.cancel_task(&task) {
+                log::warn!("cancel of expired task failed: {e}");
+            }
+        });
+    }
+    true
+}
+
+fn lost() -> Error {
+    Error::new(
+        Code::ExecutionLost,
+        "The interrupted execution cannot be recovered for this thread.",
+        "无法为该 thread 恢复被中断的 execution。",
+    )
+}
+
+/// Clears the thread's active run when the run ends, however it ends.
+struct ActiveGuard {
+    app: Arc<App>,
+    slot: Option<Arc<Mutex<Slot>>>,
+    thread_id: String,
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.lock().active = None;
+        }
+        self.app.store.release(&self.thread_id);
+    }
+}
+
+/// Runs an admitted request to its end on the calling thread, writing to `stream`.
+pub fn run(app: Arc<App>, admitted: Admitted, stream: Arc<SseStream>) {
+    let ids = RunIds {
+        thread_id: admitted.input.thread_id.clone(),
+        run_id: admitted.input.run_id.clone(),
+        parent_run_id: admitted.input.parent_run_id.clone(),
+        execution_id: admitted.active.execution_id.clone(),
+        context_id: admitted.doc.context_id.clone(),
+        ros_invocation_id: admitted.input.iac.ros_invocation_id.clone(),
+    };
+    let lang = admitted.lang;
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        RunCtx::new(&app, admitted, stream.clone(), ids.clone()).execute();
+    }));
+    if outcome.is_err() {
+        log::error!("run {} panicked; ending it with RUN_ERROR", ids.run_id);
+        // The span state went with the panic: a fresh projection closes nothing and reports it.
+        let mut p = Projection::new(ids, lang);
+        let mut out = Vec::new();
+        let e = Error::new(
+            Code::A2aProtocolError,
+            "The adapter failed while projecting this run; the run was stopped.",
+            "adapter 在投影该 run 时出错，run 已停止。",
+        );
+        p.finish(&FinishAs::Error(e), &mut out);
+        stream.send(&out);
+        stream.finish();
+    }
+}
+
+struct RunCtx<'a> {
+    app: &'a App,
+    input: RunInput,
+    doc: ThreadDoc,
+    active: Arc<ActiveRun>,
+    stream: Arc<SseStream>,
+    proj: Projection,
+    out: Vec<Value>,
+    mode: Option<Mode>,
+    lang_tag: Option<String>,
+    _guard: ActiveGuard,
+}
+
+/// What reading an A2A stream came to.
+enum Pumped {
+    End(End),
+    Eof,
+    Err(Error),
+    ClientGone,
+}
+
+impl<'a> RunCtx<'a> {
+    fn new(app: &'a App, a: Admitted, stream: Arc<SseStream>, ids: RunIds) -> RunCtx<'a> {
+        let exec = a.doc.execution.clone();
+        let mut proj = Projection::new(ids, a.lang);
+        if let (Mode::Resume(_), Some(exec)) = (&a.mode, &exec) {
+            if let Some(task) = &exec.task_id {
+                let durable = Durable {
+                    pipeline_sequence: exec.pipeline_sequence,
+                    open_steps: exec.pipeline_open_steps.iter().cloned().collect(),
+                    text_digests: exec.text_snapshot_digests.iter().cloned().collect(),
+                };
+                proj = proj.resuming(task, a.doc.iac_code_session_id.as_deref(), durable);
+            }
+        }
+        let lang_tag = a.input.iac.preferred_language.clone().or_else(|| {
+            Some(match a.lang {
+                Lang::En => "en".into(),
+                Lang::Zh => "zh".into(),
+            })
+        });
+        RunCtx {
+            app,
+            input: a.input,
+            doc: a.doc,
+            active: a.active,
+            stream,
+            proj,
+            out: Vec::new(),
+            mode: Some(a.mode),
+            lang_tag,
+            _guard: a.guard,
+        }
+    }
+
+    fn execute(&mut self) {
+        self.proj.start(&mut self.out);
+        self.flush();
+        let finish = match self.mode.take() {
+            Some(Mode::NewTurn) => self.new_turn(),
+            Some(Mode::Resume(entries)) => self.resume(entries),
+            Some(Mode::Expired) | None => FinishAs::Error(Error::new(
+                Code::ExecutionExpired,
+                "The interrupt has expired; start a new turn.",
+                "该 Interrupt 已过期，请开始新的 turn。",
+            )),
+        };
+        self.stream.clear_on_close();
+        if let Some(code) = finish.code() {
+            log::info!("run {} ended with {code}", self.input.run_id);
+        }
+        self.proj.finish(&finish, &mut self.out);
+        self.flush();
+        self.stream.finish();
+    }
+
+    fn flush(&mut self) -> bool {
+        let ok = self.stream.send(&self.out);
+        self.out.clear();
+        ok
+    }
+
+    fn exec(&mut self) -> &mut Execution {
+        self.doc
+            .execution
+            .as_mut()
+            .expect("admitted runs have an execution")
+    }
+
+    fn save(&self) -> Result<(), Error> {
+        self.app.store.save(&self.doc)
+    }
+
+    fn metadata(&self, new_turn: bool) -> Value {
+        iac_code_metadata(&self.input.iac, self.lang_tag.as_deref(), new_turn)
+    }
+
+    /// Cancels the A2A task once, whoever asks first (a disconnect, an error, the cancel extension).
+    fn cancel_upstream(&self) {
+        cancel_once(&self.app.a2a, &self.active);
+    }
+
+    /// From now on a vanished client cancels the task (the run is executing upstream).
+    fn cancel_on_disconnect(&self) {
+        let a2a = self.app.a2a.clone();
+        let active = self.active.clone();
+        self.stream.on_close(Box::new(move || {
+            std::thread::spawn(move || cancel_once(&a2a, &active));
+        }));
+    }
+
+    fn new_turn(&mut self) -> FinishAs {
+        let Some(user) = self.input.user_message.clone() else {
+            return FinishAs::Error(Error::invalid(
+                "A new run requires a user message.",
+                "新的 run 需要一条 user 消息。",
+            ));
+        };
+        let message = json!({
+            "messageId": user.id,
+            "role": "ROLE_USER",
+            "parts": user.parts,
+            "metadata": {"iac_code": self.metadata(true)},
+            "contextId": self.doc.context_id,
+        });
+        self.cancel_on_disconnect();
+        let mut upstream = match self.app.a2a.send_streaming(message) {
+            Ok(s) => s,
+            Err(e) => return self.fail(e, false),
+        };
+        let pumped = self.pump(&mut upstream);
+        self.conclude(pumped)
+    }
+
+    /// Reads the A2A stream into the client until the task reaches an end for this run.
+    fn pump(&mut self, upstream: &mut A2aStream) -> Pumped {
+        loop {
+            if self.active.is_cancelled() {
+                return Pumped::End(End::Failed(Error::cancelled()));
+            }
+            let item = match upstream.next_result() {
+                Ok(Some(item)) => item,
+                Ok(None) => return Pumped::Eof,
+                Err(e) => return Pumped::Err(e),
+            };
+            if let Some(p) = self.project(&item) {
+                return p;
+            }
+        }
+    }
+
+    /// Projects one item, persisting newly learned identities first. `Some` ends the pump.
+    fn project(&mut self, item: &Value) -> Option<Pumped> {
+        let end = match self.proj.on_item(item, &mut self.out) {
+            Ok(end) => end,
+            Err(e) => return Some(Pumped::Err(e)),
+        };
+        if let Err(e) = self.learn_identities() {
+            return Some(Pumped::Err(e));
+        }
+        if !self.flush() {
+            return Some(Pumped::ClientGone);
+        }
+        end.map(Pumped::End)
+    }
+
+    /// The task and session ids are recovery-critical: written before the run goes on.
+    fn learn_identities(&mut self) -> Result<(), Error> {
+        let task = self.proj.task_id().map(String::from);
+        let session = self.proj.session_id().map(String::from);
+        let changed_task = task.is_some() && self.exec().task_id != task;
+        let changed_session = session.is_some() && self.doc.iac_code_session_id != session;
+        if changed_task {
+            self.exec().task_id = task.clone();
+            *self.active.task_id.lock() = task;
+        }
+        if changed_session {
+            self.doc.iac_code_session_id = session;
+        }
+        if changed_task || changed_session {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    fn conclude(&mut self, pumped: Pumped) -> FinishAs {
+        match pumped {
+            Pumped::End(End::Success) => self.terminal(FinishAs::Success),
+            Pumped::End(End::Interrupt(inputs)) => self.interrupt(inputs),
+            Pumped::End(End::Failed(e)) => {
+                if e.code == Code::Cancelled {
+                    self.cancel_upstream();
+                }
+                self.terminal(FinishAs::Error(e))
+            }
+            Pumped::Eof if self.proj.got_reply_message() => self.terminal(FinishAs::Success),
+            Pumped::Eof => self.fail(
+                Error::a2a_unavailable("the A2A stream ended before the task finished"),
+                true,
+            ),
+            Pumped::Err(e) => self.fail(e, true),
+            Pumped::ClientGone => {
+                log::info!(
+                    "client of run {} went away; cancelling its task",
+                    self.input.run_id
+                );
+                self.fail(Error::cancelled(), true)
+            }
+        }
+    }
+
+    /// Ends the execution with an error; `cancel` also cancels the A2A task (best effort).
+    fn fail(&mut self, e: Error, cancel: bool) -> FinishAs {
+        if cancel {
+            self.cancel_upstream();
+        }
+        self.terminal(FinishAs::Error(e))
+    }
+
+    fn terminal(&mut self, finish: FinishAs) -> FinishAs {
+        self.doc.mark_terminal();
+        if let Err(e) = self.save() {
+            log::error!("cannot record the end of run {}: {e}", self.input.run_id);
+        }
+        finish
+    }
+
+    /// Persists the input waits, then (only then) announces them.
+    fn interrupt(&mut self, inputs: Vec<Value>) -> FinishAs {
+        let ttl = self.app.config.interrupt_ttl.as_millis() as u64;
+        let expires_ms = ids::now_ms() + ttl;
+        let expires = ids::rfc3339(expires_ms);
+        let durable = self.proj.durable();
+        let task = self.proj.task_id().map(String::from);
+        let exec = self.exec();
+        for input in inputs {
+            let id = input["inputId"].as_str().unwrap_or_default().to_string();
+            exec.pending.entry(id).or_insert(Pending {
+                sideband: interrupts::is_sideband(&input),
+                value: input,
+                expires_at: Some(expires.clone()),
+                expires_at_ms: Some(expires_ms),
+            });
+        }
+        exec.task_id = task;
+        exec.pipeline_sequence = durable.pipeline_sequence;
+        exec.pipeline_open_steps = durable.open_steps.into_iter().collect();
+        exec.text_snapshot_digests = durable.text_digests.into_iter().collect();
+        if let Err(e) = self.save() {
+            // Fail closed: nothing resumable is announced, and the task must not wait forever.
+            self.cancel_upstream();
+            self.exec().pending.clear();
+            return FinishAs::Error(e);
+        }
+        FinishAs::Interrupt(self.interrupt_list())
+    }
+
+    fn interrupt_list(&mut self) -> Vec<Value> {
+        let lang = match self.lang_tag.as_deref() {
+            Some(t) if t.starts_with("zh") => Lang::Zh,
+            _ => Lang::En,
+        };
+        self.exec()
+            .pending
+            .values()
+            .map(|p| {
+                interrupts::to_interrupt(&p.value, p.expires_at.as_deref().unwrap_or(""), lang)
+            })
+            .collect()
+    }
+
+    fn resume(&mut self, entries: Vec<ResumeEntry>) -> FinishAs {
+        let execution_id = self.exec().execution_id.clone();
+        let applied = |doc: &ThreadDoc, id: &str| {
+            doc.applied_resume_digests
+                .iter()
+                .find(|d| d.execution_id == execution_id && d.interrupt_id == id)
+                .map(|d| d.digest.clone())
+        };
+        if self.exec().pending.is_empty() {
+            let known = entries
+                .iter()
+                .any(|e| applied(&self.doc, &e.interrupt_id).is_some());
+            return FinishAs::Error(if known {
+                already_applied()
+            } else {
+                unknown_interrupt()
+            });
+        }
+        // 1. The kernel still has the session, task and context we recorded.
+        let Some(task_id) = self.exec().task_id.clone() else {
+            return self.terminal(FinishAs::Error(lost()));
+        };
+        if let Some(session) = self.doc.iac_code_session_id.clone() {
+            match self
+                .app
+                .a2a
+                .ensure_restored(&self.doc.cwd, &session, &task_id)
+            {
+                Ok(true) => {}
+                Ok(false) => return self.terminal(FinishAs::Error(lost())),
+                Err(e) => return FinishAs::Error(e),
+            }
+        }
+        let task = match self.app.a2a.get_task(&task_id) {
+            Ok(Some(task)) => task,
+            Ok(None) => return self.terminal(FinishAs::Error(lost())),
+            Err(e) => return FinishAs::Error(e),
+        };
+        let same_task = task.get("id").and_then(Value::as_str) == Some(task_id.as_str());
+        let same_context =
+            task.get("contextId").and_then(Value::as_str) == Some(self.doc.context_id.as_str());
+        if !same_task || !same_context {
+            return FinishAs::Error(Error::a2a_protocol(
+                "the A2A task or context no longer matches the thread",
+            ));
+        }
+        let state = crate::projection::normalize_state(
+            task.pointer("/status/state")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+        );
+        if state != "input-required" {
+            return self.terminal(FinishAs::Error(lost()));
+        }
+        // Inputs the kernel has that we have not announced yet (absence clears nothing: a task
+        // restored after a kernel restart may carry no input projection).
+        let iac = task
+            .pointer("/metadata/iac_code")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let fresh: Vec<Value> =
+            interrupts::inputs_of(&iac)
+                .into_iter()
+                .filter(|i| {
+                    !self.doc.execution.as_ref().is_some_and(|e| {
+                        e.pending.contains_key(i["inputId"].as_str().unwrap_or(""))
+                    })
+                })
+                .collect();
+        // 2. Pipeline events this client missed.
+        match self
+            .app
+            .a2a
+            .pipeline_state(&task_id, self.exec().pipeline_sequence)
+        {
+            Ok(Some(state)) => {
+                self.proj.recover_pipeline(&state, &mut self.out);
+                if !self.flush() {
+                    return FinishAs::Error(Error::cancelled());
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!("pipeline recovery failed: {e}"),
+        }
+        if !fresh.is_empty() {
+            return self.interrupt(fresh);
+        }
+        // 3. Every pending interrupt answered exactly once, each answer valid.
+        let mut answers: Vec<(ResumeEntry, Answer)> = Vec::new();
+        for entry in &entries {
+            if answers
+                .iter()
+                .any(|(e, _)| e.interrupt_id == entry.interrupt_id)
+            {
+                return FinishAs::Error(incomplete("a response repeats an interruptId"));
+            }
+            let Some(pending) = self.exec().pending.get(&entry.interrupt_id).cloned() else {
+                return FinishAs::Error(match applied(&self.doc, &entry.interrupt_id) {
+                    Some(_) => already_applied(),
+                    None => unknown_interrupt(),
+                });
+            };
+            match interrupts::answer(&pending.value, entry.cancelled, entry.payload.as_ref()) {
+                Ok(a) => answers.push((entry.clone(), a)),
+                Err(e) => return FinishAs::Error(e),
+            }
+        }
+        if answers.len() != self.exec().pending.len() {
+            return FinishAs::Error(incomplete("not every pending interrupt was answered"));
+        }
+        if answers.iter().any(|(_, a)| *a == Answer::CancelExecution) {
+            self.cancel_upstream();
+            return self.terminal(FinishAs::Error(Error::new(
+                Code::Cancelled,
+                "The execution was cancelled by the interrupt response.",
+                "该 execution 已按 Interrupt 响应取消。",
+            )));
+        }
+        // 4. The answers, in order; each leaves the durable pending state once A2A accepted it.
+        let last = answers.len() - 1;
+        for (i, (entry, answer)) in answers.into_iter().enumerate() {
+            let Answer::Message {
+                parts,
+                extra_metadata,
+            } = answer
+            else {
+                continue;
+            };
+            let mut meta = self.metadata(false);
+            if let (Some(m), Some(Value::Object(extra))) = (meta.as_object_mut(), extra_metadata) {
+                m.extend(extra);
+            }
+            let message = json!({
+                "messageId": format!("agui-resume-{}-{}", self.input.run_id, entry.interrupt_id),
+                "role": "ROLE_USER",
+                "parts": parts,
+                "metadata": {"iac_code": meta},
+                "contextId": self.doc.context_id,
+                "taskId": task_id,
+            });
+            let mut upstream = match self.app.a2a.send_streaming(message) {
+                Ok(s) => s,
+                Err(e) => return FinishAs::Error(e),
+            };
+            let first = match upstream.next_result() {
+                Ok(Some(item)) => item,
+                Ok(None) => {
+                    return FinishAs::Error(Error::a2a_unavailable(
+                        "the A2A service did not accept the answer",
+                    ))
+                }
+                Err(e) => return FinishAs::Error(e),
+            };
+            // Accepted: the answer is applied exactly once from here on.
+            let exec = self.exec();
+            exec.pending.remove(&entry.interrupt_id);
+            let digest = ids::json_digest(&entry.canonical());
+            self.doc.applied_resume_digests.push(AppliedDigest {
+                digest,
+                execution_id: execution_id.clone(),
+                interrupt_id: entry.interrupt_id.clone(),
+            });
+            if let Err(e) = self.save() {
+                self.cancel_upstream();
+                return FinishAs::Error(e);
+            }
+            self.cancel_on_disconnect();
+            if let Some(p) = self.project(&first) {
+                return self.conclude(p);
+            }
+            if i == last {
+                let pumped = self.pump(&mut upstream);
+                return self.conclude(pumped);
+            }
+        }
+        FinishAs::Success
+    }
+}
+
+fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
+    if active.cancel_sent.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let task = active.task_id.lock().clone();
+    if let Some(task) = task {
+        if let Err(e) = a2a.cancel_task(&task) {
+            log::warn!("CancelTask {task} failed: {e}");
+        }
+    }
+}
+
+fn already_applied() -> Error {
+    Error::new(
+        Code::ResumeAlreadyApplied,
+        "This interrupt response has already been applied.",
+        "该 Interrupt 响应已应用。",
+    )
+}
+
+fn unknown_interrupt() -> Error {
+    Error::new(
+        Code::UnknownInterrupt,
+        "The resume refers to an unknown interrupt.",
+        "Resume 引用了未知的 Interrupt。",
+    )
+}
+
+fn incomplete(why: &str) -> Error {
+    Error::new(
+        Code::IncompleteResume,
+        format!("The resume is incomplete: {why}."),
+        format!(
+            "Resume 不完整：{}。",
+            match why {
+                "a response repeats an interruptId" => "存在重复的 interruptId",
+                _ => "未覆盖全部 pending Interrupt",
+            }
+        ),
+    )
+}
+
+/// `POST /extensions/iac-code/v1/executions/{executionId}/cancel`.
+pub fn cancel_execution(app: &App, execution_id: &str, body: &[u8]) -> Result<Value, Error> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| {
+        Error::invalid(
+            "The cancel request body must be JSON.",
+            "取消请求体必须是 JSON。",
+        )
+    })?;
+    let field = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .ok_or_else(|| {
+                Error::invalid(
+                    format!("`{k}` is required."),
+                    format!("缺少必填字段 `{k}`。"),
+                )
+            })
+    };
+    let (thread_id, ros) = (field("threadId")?, field("rosInvocationId")?);
+    let not_found = || {
+        Error::new(
+            Code::ExecutionNotFound,
+            "The execution was not found.",
+            "未找到该 execution。",
+        )
+    };
+    let slot = app.store.slot(&thread_id);
+    let result = (|| {
+        let guard = slot.lock();
+        let mut doc = app.store.load(&thread_id)?.ok_or_else(not_found)?;
+        let Some(exec) = doc.execution.clone() else {
+            return Err(not_found());
+        };
+        let reply = |status: &str| json!({"executionId": execution_id, "status": status});
+        if exec.execution_id != execution_id {
+            return if doc.is_terminal(execution_id) {
+                Ok(reply("already_terminal"))
+            } else {
+                Err(not_found())
+            };
+        }
+        if exec.ros_invocation_id != ros {
+            return Err(not_found());
+        }
+        if let Some(active) = guard
+            .active
+            .as_ref()
+            .filter(|a| a.execution_id == execution_id)
+        {
+            // The run thread owns the document; it records the end when the stream stops.
+            active.cancelled.store(true, Ordering::SeqCst);
+            let (a2a, active) = (app.a2a.clone(), active.clone());
+            drop(guard);
+            cancel_once(&a2a, &active);
+            return Ok(reply("cancelled"));
+        }
+        if doc.is_terminal(execution_id) {
+            return Ok(reply("already_terminal"));
+        }
+        if let Some(task) = &exec.task_id {
+            if let Err(e) = app.a2a.cancel_task(task) {
+                log::warn!("CancelTask {task} failed: {e}");
+            }
+        }
+        doc.mark_terminal();
+        app.store.save(&doc)?;
+        Ok(reply("cancelled"))
+    })();
+    drop(slot);
+    app.store.release(&thread_id);
+    result
+}

@@ -1,0 +1,193 @@
+//! Server-sent events: an incremental reader for the A2A stream and the frame writer for ours.
+//!
+//! The reader follows the WHATWG event-stream rules that matter for JSON-RPC over SSE: lines end in
+//! CRLF, LF or CR (a CR at the end of one chunk and an LF at the start of the next are one line end),
+//! comments start with `:`, several `data:` lines of one event join with `\n`, and an event is
+//! dispatched on a blank line. Chunk boundaries may fall anywhere, even inside a UTF-8 sequence.
+
+use std::io::{self, Read};
+
+/// Upper bound for one event's data; a larger event is a protocol error, not an allocation.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Incremental SSE parser: feed it bytes, take complete `data` payloads out.
+#[derive(Default)]
+pub struct Parser {
+    line: Vec<u8>,
+    data: Vec<u8>,
+    has_data: bool,
+    after_cr: bool,
+}
+
+impl Parser {
+    pub fn new() -> Parser {
+        Parser::default()
+    }
+
+    /// Feeds `bytes`, pushing each complete event's data onto `out`.
+    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<Vec<u8>>) -> io::Result<()> {
+        for &b in bytes {
+            match b {
+                b'\n' if self.after_cr => self.after_cr = false,
+                b'\n' | b'\r' => {
+                    self.after_cr = b == b'\r';
+                    self.end_line(out);
+                }
+                _ => {
+                    self.after_cr = false;
+                    if self.line.len() + self.data.len() >= MAX_EVENT_BYTES {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "SSE event too large",
+                        ));
+                    }
+                    self.line.push(b);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn end_line(&mut self, out: &mut Vec<Vec<u8>>) {
+        if self.line.is_empty() {
+            if self.has_data {
+                out.push(std::mem::take(&mut self.data));
+                self.has_data = false;
+            }
+            return;
+        }
+        let line = std::mem::take(&mut self.line);
+        let (field, value) = match line.iter().position(|&c| c == b':') {
+            Some(0) => {
+                self.line = line;
+                self.line.clear();
+                return; // a comment
+            }
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (&line[..], &b""[..]),
+        };
+        if field == b"data" {
+            if self.has_data {
+                self.data.push(b'\n');
+            }
+            self.data.extend_from_slice(value);
+            self.has_data = true;
+        }
+        // `event`, `id` and `retry` do not matter for JSON-RPC streams.
+        self.line = line;
+        self.line.clear();
+    }
+}
+
+/// Reads SSE events from a blocking reader.
+pub struct EventReader<R> {
+    inner: R,
+    parser: Parser,
+    ready: std::collections::VecDeque<Vec<u8>>,
+    buf: Box<[u8]>,
+    eof: bool,
+}
+
+impl<R: Read> EventReader<R> {
+    pub fn new(inner: R) -> EventReader<R> {
+        EventReader {
+            inner,
+            parser: Parser::new(),
+            ready: Default::default(),
+            buf: vec![0; 16 * 1024].into_boxed_slice(),
+            eof: false,
+        }
+    }
+
+    /// The next event's data, or `None` at the end of the stream.
+    pub fn next_event(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        loop {
+            if let Some(ev) = self.ready.pop_front() {
+                return Ok(Some(ev));
+            }
+            if self.eof {
+                return Ok(None);
+            }
+            let n = match self.inner.read(&mut self.buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                self.eof = true;
+                continue;
+            }
+            self.parser.feed(&self.buf[..n], &mut out)?;
+            self.ready.extend(out.drain(..));
+        }
+    }
+}
+
+/// Appends one `data:` frame for a JSON payload that contains no newline (serde_json never writes one).
+pub fn push_data_frame(out: &mut Vec<u8>, json: &[u8]) {
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+}
+
+pub const HEARTBEAT: &[u8] = b": heartbeat\n\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_in_chunks(input: &[u8], chunk: usize) -> Vec<String> {
+        let mut p = Parser::new();
+        let mut out = Vec::new();
+        for c in input.chunks(chunk) {
+            p.feed(c, &mut out).unwrap();
+        }
+        out.into_iter()
+            .map(|d| String::from_utf8(d).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn every_line_ending_and_every_chunk_boundary_give_the_same_events() {
+        let lf = b"data: {\"a\":1}\n\n: comment\ndata: x\ndata: y\n\n";
+        let crlf = b"data: {\"a\":1}\r\n\r\n: comment\r\ndata: x\r\ndata: y\r\n\r\n";
+        let cr = b"data: {\"a\":1}\r\r: comment\rdata: x\rdata: y\r\r";
+        for input in [&lf[..], &crlf[..], &cr[..]] {
+            for chunk in 1..input.len() {
+                assert_eq!(
+                    parse_in_chunks(input, chunk),
+                    vec!["{\"a\":1}".to_string(), "x\ny".to_string()],
+                    "chunk size {chunk}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn utf8_split_across_chunks_survives() {
+        let input = "data: {\"t\":\"你好\"}\n\n".as_bytes();
+        for chunk in 1..input.len() {
+            assert_eq!(parse_in_chunks(input, chunk), vec!["{\"t\":\"你好\"}"]);
+        }
+    }
+
+    #[test]
+    fn fields_without_space_and_unknown_fields() {
+        let input = b"event: message\nid: 7\ndata:{}\nretry: 10\n\ndata\n\n";
+        assert_eq!(
+            parse_in_chunks(input, 3),
+            vec!["{}".to_string(), String::new()]
+        );
+    }
+
+    #[test]
+    fn unterminated_event_at_eof_is_dropped() {
+        let mut r = EventReader::new(&b"data: 1\n\ndata: 2"[..]);
+        assert_eq!(r.next_event().unwrap(), Some(b"1".to_vec()));
+        assert_eq!(r.next_event().unwrap(), None);
+    }
+}

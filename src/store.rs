@@ -1,0 +1,299 @@
+//! The thread store: one small JSON document per AG-UI thread, `<state-dir>/threads/<key>.json`.
+//!
+//! Documents are loaded lazily (nothing is scanned at start-up) and replaced atomically (write to a
+//! temporary file in the same directory, fsync, rename), so a crash at any instant leaves either the
+//! old or the new document, never a torn one. A per-thread [`Slot`] mutex serializes everything that
+//! reads and writes one thread. The layout is the reference adapter's; it never holds conversation
+//! text or credentials.
+
+use crate::error::{Code, Error};
+use crate::ids;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadDoc {
+    pub schema_version: u32,
+    pub thread_id: String,
+    pub context_id: String,
+    pub cwd: String,
+    pub user_id: Option<String>,
+    pub iac_code_session_id: Option<String>,
+    pub execution: Option<Execution>,
+    #[serde(default)]
+    pub run_digests: BTreeMap<String, String>,
+    #[serde(default)]
+    pub applied_resume_digests: Vec<AppliedDigest>,
+    #[serde(default)]
+    pub terminal_execution_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Execution {
+    pub execution_id: String,
+    pub ros_invocation_id: String,
+    pub task_id: Option<String>,
+    #[serde(default)]
+    pub pending: BTreeMap<String, Pending>,
+    #[serde(default)]
+    pub pipeline_open_steps: Vec<String>,
+    #[serde(default)]
+    pub pipeline_sequence: u64,
+    #[serde(default)]
+    pub text_snapshot_digests: Vec<String>,
+}
+
+/// A pending interrupt: the reduced input envelope, whether it is a pipeline side wait, and when it
+/// expires.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    pub value: Value,
+    #[serde(default)]
+    pub sideband: bool,
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    #[serde(default)]
+    pub expires_at_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedDigest {
+    pub digest: String,
+    pub execution_id: String,
+    pub interrupt_id: String,
+}
+
+impl ThreadDoc {
+    pub fn new(thread_id: &str, cwd: &str, user_id: Option<&str>) -> ThreadDoc {
+        ThreadDoc {
+            schema_version: 1,
+            thread_id: thread_id.to_string(),
+            context_id: ids::context_id(thread_id),
+            cwd: cwd.to_string(),
+            user_id: user_id.map(String::from),
+            iac_code_session_id: None,
+            execution: None,
+            run_digests: BTreeMap::new(),
+            applied_resume_digests: Vec::new(),
+            terminal_execution_ids: Vec::new(),
+        }
+    }
+
+    pub fn is_terminal(&self, execution_id: &str) -> bool {
+        self.terminal_execution_ids
+            .iter()
+            .any(|e| e == execution_id)
+    }
+
+    /// Ends the current execution: no pending inputs, no live task, its id remembered as terminal.
+    pub fn mark_terminal(&mut self) {
+        if let Some(exec) = &mut self.execution {
+            exec.pending.clear();
+            exec.task_id = None;
+            exec.pipeline_open_steps.clear();
+            if !self.terminal_execution_ids.contains(&exec.execution_id) {
+                self.terminal_execution_ids.push(exec.execution_id.clone());
+            }
+        }
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.execution.as_ref().map_or(0, |e| e.pending.len())
+    }
+}
+
+/// A run in progress on a thread (at most one).
+pub struct ActiveRun {
+    pub run_id: String,
+    pub execution_id: String,
+    pub task_id: Mutex<Option<String>>,
+    /// Set by the cancel extension; the run ends with `RUN_ERROR CANCELLED`.
+    pub cancelled: AtomicBool,
+    /// Set once `CancelTask` was sent, so a disconnect and an error do not both send it.
+    pub cancel_sent: AtomicBool,
+}
+
+impl ActiveRun {
+    pub fn new(run_id: &str, execution_id: &str, task_id: Option<String>) -> Arc<ActiveRun> {
+        Arc::new(ActiveRun {
+            run_id: run_id.to_string(),
+            execution_id: execution_id.to_string(),
+            task_id: Mutex::new(task_id),
+            cancelled: AtomicBool::new(false),
+            cancel_sent: AtomicBool::new(false),
+        })
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Default)]
+pub struct Slot {
+    pub active: Option<Arc<ActiveRun>>,
+}
+
+pub struct Store {
+    dir: PathBuf,
+    slots: Mutex<HashMap<String, Arc<Mutex<Slot>>>>,
+}
+
+impl Store {
+    pub fn new(state_dir: PathBuf) -> Store {
+        Store {
+            dir: state_dir.join("threads"),
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn path_of(&self, thread_id: &str) -> PathBuf {
+        self.dir
+            .join(format!("{}.json", ids::thread_key(thread_id)))
+    }
+
+    /// The thread's mutex. Hold it for every read-modify-write of the thread.
+    pub fn slot(&self, thread_id: &str) -> Arc<Mutex<Slot>> {
+        self.slots
+            .lock()
+            .entry(thread_id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Forgets an idle slot so the map only holds threads in use. Safe because a slot is only handed
+    /// out under the map lock: if nobody else holds it now, nobody can.
+    pub fn release(&self, thread_id: &str) {
+        let mut slots = self.slots.lock();
+        if let Some(slot) = slots.get(thread_id) {
+            if Arc::strong_count(slot) == 1 && slot.lock().active.is_none() {
+                slots.remove(thread_id);
+            }
+        }
+    }
+
+    pub fn active_runs(&self) -> usize {
+        self.slots
+            .lock()
+            .values()
+            .filter(|s| s.try_lock().is_none_or(|s| s.active.is_some()))
+            .count()
+    }
+
+    /// Reads a thread's document; `Ok(None)` when the thread is new.
+    pub fn load(&self, thread_id: &str) -> Result<Option<ThreadDoc>, Error> {
+        let path = self.path_of(thread_id);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                log::error!("cannot read thread state {}: {e}", path.display());
+                return Err(unavailable());
+            }
+        };
+        let doc: ThreadDoc = serde_json::from_slice(&bytes).map_err(|e| {
+            log::error!("thread state {} does not parse: {e}", path.display());
+            unavailable()
+        })?;
+        if doc.thread_id != thread_id {
+            log::error!(
+                "thread state {} belongs to another thread id",
+                path.display()
+            );
+            return Err(unavailable());
+        }
+        Ok(Some(doc))
+    }
+
+    /// Atomically replaces a thread's document.
+    pub fn save(&self, doc: &ThreadDoc) -> Result<(), Error> {
+        let path = self.path_of(&doc.thread_id);
+        let bytes = serde_json::to_vec_pretty(doc).map_err(|_| Error::persistence("encode"))?;
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(&self.dir)?;
+            let file = atomicwrites::AtomicFile::new(&path, atomicwrites::AllowOverwrite);
+            file.write(|f| std::io::Write::write_all(f, &bytes))
+                .map_err(|e| match e {
+                    atomicwrites::Error::Internal(e) | atomicwrites::Error::User(e) => e,
+                })
+        };
+        write().map_err(|e| {
+            log::error!("cannot write thread state {}: {e}", path.display());
+            Error::persistence("thread state")
+        })
+    }
+}
+
+fn unavailable() -> Error {
+    Error::new(
+        Code::StateUnavailable,
+        "The thread state cannot be read.",
+        "无法读取该 thread 的状态。",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("agui-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn the_reference_state_file_loads() {
+        let text = include_str!("../tests/data/permission-flow.state.json");
+        let doc: ThreadDoc = serde_json::from_str(text).unwrap();
+        assert_eq!(doc.context_id, ids::context_id(&doc.thread_id));
+        assert_eq!(doc.terminal_execution_ids.len(), 1);
+    }
+
+    #[test]
+    fn save_then_load_round_trips_and_checks_the_thread_id() {
+        let dir = tmp("rt");
+        let store = Store::new(dir.clone());
+        let mut doc = ThreadDoc::new("../evil", "/w", None);
+        doc.run_digests.insert("r".into(), "d".into());
+        store.save(&doc).unwrap();
+        assert!(store.path_of("../evil").starts_with(dir.join("threads")));
+        assert_eq!(store.load("../evil").unwrap(), Some(doc.clone()));
+        assert_eq!(store.load("other").unwrap(), None);
+        std::fs::copy(store.path_of("../evil"), store.path_of("other")).unwrap();
+        assert_eq!(
+            store.load("other").unwrap_err().code,
+            Code::StateUnavailable
+        );
+    }
+
+    #[test]
+    fn a_write_failure_is_state_persistence_failed() {
+        let dir = tmp("ro");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("threads"), b"a file where the directory should be").unwrap();
+        let store = Store::new(dir);
+        let e = store.save(&ThreadDoc::new("t", "/w", None)).unwrap_err();
+        assert_eq!(e.code, Code::StatePersistenceFailed);
+    }
+
+    #[test]
+    fn idle_slots_are_released_but_held_ones_are_not() {
+        let store = Store::new(tmp("slots"));
+        let held = store.slot("a");
+        store.release("a");
+        assert!(Arc::ptr_eq(&held, &store.slot("a")));
+        drop(held);
+        store.release("a");
+        assert_eq!(store.slots.lock().len(), 0);
+    }
+}
