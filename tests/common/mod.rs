@@ -1,0 +1,432 @@
+//! Shared test support: the adapter as a child process, and a small AG-UI client over real HTTP.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_iac-code-agui");
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "agui-it-{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The adapter under test, killed when dropped.
+pub struct Adapter {
+    child: Option<Child>,
+    pub url: String,
+    pub state_dir: PathBuf,
+    pub workspace: PathBuf,
+    pub log: PathBuf,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    port: u16,
+}
+
+pub struct Options {
+    pub args: Vec<String>,
+    pub envs: Vec<(String, String)>,
+    pub state_dir: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            args: vec![],
+            envs: vec![],
+            state_dir: None,
+        }
+    }
+}
+
+impl Adapter {
+    pub fn start(kernel_url: &str) -> Adapter {
+        Adapter::start_with(kernel_url, Options::default())
+    }
+
+    pub fn start_with(kernel_url: &str, opts: Options) -> Adapter {
+        let root = temp_dir("adapter");
+        let workspace = root.join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let state_dir = opts.state_dir.clone().unwrap_or_else(|| root.join("state"));
+        let mut args = vec![
+            "--a2a-url".to_string(),
+            kernel_url.to_string(),
+            "--state-dir".into(),
+            state_dir.to_string_lossy().into_owned(),
+            "--heartbeat-interval".into(),
+            "0.2".into(),
+        ];
+        args.extend(opts.args);
+        let mut envs = vec![(
+            "IAC_CODE_AGUI_ALLOWED_CWDS".to_string(),
+            root.to_string_lossy().into_owned(),
+        )];
+        envs.extend(opts.envs);
+        let mut a = Adapter {
+            child: None,
+            url: String::new(),
+            state_dir,
+            workspace,
+            log: root.join("adapter.log"),
+            args,
+            envs,
+            port: free_port(),
+        };
+        a.spawn();
+        a
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(BIN)
+            .args(&self.args)
+            .args(["--port", &self.port.to_string(), "--debug"])
+            .envs(self.envs.iter().cloned())
+            .env_remove("IAC_CODE_AGUI_AUTH_TOKEN")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn adapter");
+        self.child = Some(child);
+        self.url = format!("http://127.0.0.1:{}", self.port);
+        wait_health(&self.url);
+    }
+
+    /// SIGKILL: no clean-up runs.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn cwd(&self) -> String {
+        self.workspace.to_string_lossy().into_owned()
+    }
+
+    /// A minimal normal request on `thread`/`run` with text `text`.
+    pub fn request(&self, thread: &str, run: &str, text: &str) -> Value {
+        json!({
+            "threadId": thread, "runId": run, "state": {}, "tools": [], "context": [],
+            "messages": [{"id": format!("msg-{run}"), "role": "user", "content": text}],
+            "forwardedProps": {"iacCode": {"schemaVersion": 1, "rosInvocationId": "invocation-1", "cwd": self.cwd()}}
+        })
+    }
+
+    pub fn resume_request(&self, thread: &str, run: &str, resume: Value) -> Value {
+        json!({
+            "threadId": thread, "runId": run, "state": {}, "tools": [], "context": [], "messages": [],
+            "forwardedProps": {"iacCode": {"schemaVersion": 1, "rosInvocationId": "invocation-1", "cwd": self.cwd()}},
+            "resume": resume
+        })
+    }
+
+    pub fn run(&self, body: &Value) -> RunResult {
+        post_run(&self.url, body, &[])
+    }
+
+    pub fn state_file(&self, thread: &str) -> Value {
+        let path = self
+            .state_dir
+            .join("threads")
+            .join(format!("{thread}.json"));
+        serde_json::from_slice(
+            &std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        )
+        .unwrap()
+    }
+}
+
+impl Drop for Adapter {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn wait_health(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if agent()
+            .get(format!("{url}/health"))
+            .call()
+            .is_ok_and(|r| r.status() == 200)
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("no /health at {url}");
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// What a POST / answered: the HTTP status and either the JSON error or the SSE events.
+#[derive(Debug)]
+pub struct RunResult {
+    pub status: u16,
+    pub content_type: String,
+    pub json: Value,
+    pub events: Vec<Value>,
+    pub heartbeats: usize,
+}
+
+impl RunResult {
+    pub fn types(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .map(|e| e["type"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    pub fn last(&self) -> &Value {
+        self.events.last().expect("no events")
+    }
+
+    pub fn custom(&self, name: &str) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|e| e["type"] == "CUSTOM" && e["name"] == name)
+            .collect()
+    }
+
+    pub fn session(&self) -> &Value {
+        &self.custom("iac-code.session.v1")[0]["value"]
+    }
+
+    pub fn error_code(&self) -> &str {
+        if self.status != 200 {
+            return self.json["error"]["code"].as_str().unwrap_or("");
+        }
+        let last = self.last();
+        assert_eq!(last["type"], "RUN_ERROR", "not an error: {last}");
+        last["code"].as_str().unwrap_or("")
+    }
+
+    pub fn interrupts(&self) -> Vec<Value> {
+        let last = self.last();
+        assert_eq!(
+            last["outcome"]["type"], "interrupt",
+            "not an interrupt: {last}"
+        );
+        last["outcome"]["interrupts"].as_array().unwrap().clone()
+    }
+
+    pub fn text(&self) -> String {
+        self.events
+            .iter()
+            .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+            .map(|e| e["delta"].as_str().unwrap_or(""))
+            .collect()
+    }
+}
+
+pub fn post_run(url: &str, body: &Value, headers: &[(&str, &str)]) -> RunResult {
+    let mut req = agent()
+        .post(format!("{url}/"))
+        .header("Content-Type", "application/json")
+        .header("Accept", "text/event-stream");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send(serde_json::to_vec(body).unwrap()).expect("POST /");
+    read_result(resp)
+}
+
+pub fn read_result(resp: ureq::http::Response<ureq::Body>) -> RunResult {
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let mut body = resp.into_body();
+    if !content_type.starts_with("text/event-stream") {
+        let text = body.read_to_string().unwrap_or_default();
+        return RunResult {
+            status,
+            content_type,
+            json: serde_json::from_str(&text).unwrap_or(Value::Null),
+            events: vec![],
+            heartbeats: 0,
+        };
+    }
+    let mut events = vec![];
+    let mut heartbeats = 0;
+    let reader = BufReader::new(body.into_reader());
+    for line in reader.lines() {
+        let line = line.expect("SSE read");
+        if let Some(data) = line.strip_prefix("data: ") {
+            events.push(serde_json::from_str(data).expect("event JSON"));
+        } else if line == ": heartbeat" {
+            heartbeats += 1;
+        }
+    }
+    RunResult {
+        status,
+        content_type,
+        json: Value::Null,
+        events,
+        heartbeats,
+    }
+}
+
+/// Posts a run and returns the raw body reader after the head, for disconnect tests.
+pub fn open_stream(url: &str, body: &Value) -> impl Read {
+    let resp = agent()
+        .post(format!("{url}/"))
+        .header("Content-Type", "application/json")
+        .header("Accept", "text/event-stream")
+        .send(serde_json::to_vec(body).unwrap())
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body().into_reader()
+}
+
+pub fn post_json(url: &str, body: &Value) -> (u16, Value) {
+    let resp = agent()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .send(serde_json::to_vec(body).unwrap())
+        .unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.into_body().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Every START has its END (by id) and nothing is open at the run's end.
+pub fn assert_balanced(events: &[Value]) {
+    let mut open: Vec<String> = vec![];
+    for e in events {
+        let t = e["type"].as_str().unwrap();
+        let id = ["messageId", "toolCallId", "stepName"]
+            .iter()
+            .find_map(|k| e.get(*k).and_then(Value::as_str))
+            .unwrap_or("")
+            .to_string();
+        let (kind, opening) = match t {
+            "TEXT_MESSAGE_START" => ("text", true),
+            "TEXT_MESSAGE_END" => ("text", false),
+            "REASONING_START" => ("reasoning", true),
+            "REASONING_END" => ("reasoning", false),
+            "TOOL_CALL_START" => ("tool", true),
+            "TOOL_CALL_END" => ("tool", false),
+            "STEP_STARTED" => ("step", true),
+            "STEP_FINISHED" => ("step", false),
+            "RUN_FINISHED" | "RUN_ERROR" => {
+                assert!(open.is_empty(), "spans open at {t}: {open:?}");
+                continue;
+            }
+            _ => continue,
+        };
+        let key = format!("{kind}:{id}");
+        if opening {
+            open.push(key);
+        } else {
+            let pos = open
+                .iter()
+                .position(|k| *k == key)
+                .unwrap_or_else(|| panic!("{t} without start: {e}"));
+            open.remove(pos);
+        }
+    }
+}
+
+/// Waits until `f` holds, up to `secs`.
+pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Every file under `dir`, concatenated.
+pub fn read_tree(dir: &Path) -> String {
+    let mut all = String::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                all.push_str(&read_tree(&p));
+            } else {
+                all.push_str(&String::from_utf8_lossy(
+                    &std::fs::read(&p).unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    all
+}
+
+/// Makes `dir` refuse new files even for root (`chattr +i`), until the guard is dropped. Needs
+/// CAP_LINUX_IMMUTABLE, which the CI machine has; without it the test fails loudly.
+pub struct Immutable(PathBuf);
+
+impl Immutable {
+    pub fn new(dir: &Path) -> Immutable {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("chattr")
+            .arg("+i")
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "chattr +i {} failed: these fault-injection tests need root with CAP_LINUX_IMMUTABLE",
+            dir.display()
+        );
+        Immutable(dir.to_path_buf())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}

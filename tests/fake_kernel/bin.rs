@@ -1,0 +1,22 @@
+//! The fake kernel as a process: `cargo run --example fake-kernel -- --port P [--host H] [--token T]`
+//! (`--host` is accepted for `iac-code a2a` compatibility and must be loopback).
+//! Prints `listening on http://127.0.0.1:P` once ready.
+
+#[path = "mod.rs"]
+mod fake;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let port = value("--port").and_then(|p| p.parse().ok()).unwrap_or(0);
+    let kernel = fake::FakeKernel::start_on(port, value("--token"));
+    println!("listening on {}", kernel.url);
+    loop {
+        std::thread::park();
+    }
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Creates the Python environment for the real-kernel end-to-end test (idempotent).
+#
+#   VENV    where to create it (default: <repo>/target/real-kernel-venv)
+#   PYTHON  interpreter for the venv (default: python3; iac-code 0.16.0 needs >= 3.10)
+#
+# Installs, with exact pins:
+#   requirements.txt            iac-code[a2a]==0.16.0 + a2a-sdk[http-server,signing]==1.1.5 (+ lock)
+#   requirements-reference.txt  iac-code[agui]==0.16.0, the Python reference adapter (optional:
+#                               a failure is reported and the comparison scenario is skipped)
+#   requirements-validator.txt  ag-ui-protocol==1.0.0 into $VENV/ag-ui-protocol-1.0.0 (--target),
+#                               because iac-code[agui] pins ag-ui-protocol==0.1.20 in the venv
+# A stamp file ($VENV/.real-kernel-stamp) holding the requirement files' digest makes a second
+# run a no-op; delete the venv (or change a requirements file) to reinstall.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+VENV="${VENV:-$ROOT/target/real-kernel-venv}"
+PYTHON="${PYTHON:-python3}"
+VALIDATOR_DIR="$VENV/ag-ui-protocol-1.0.0"
+STAMP="$VENV/.real-kernel-stamp"
+
+digest="$(cat "$HERE/requirements.txt" "$HERE/requirements-reference.txt" \
+  "$HERE/requirements-validator.txt" | sha256sum | cut -d' ' -f1)"
+
+if [[ -f "$STAMP" && "$(head -n1 "$STAMP")" == "$digest" && -x "$VENV/bin/iac-code" ]] \
+  && "$VENV/bin/python" -c 'import iac_code, a2a' >/dev/null 2>&1 \
+  && [[ -d "$VALIDATOR_DIR/ag_ui" ]]; then
+  echo "setup.sh: $VENV is ready ($(sed -n 2p "$STAMP"))"
+  exit 0
+fi
+
+echo "setup.sh: creating $VENV"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check --no-input)
+export PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-60}"
+
+"${PIP[@]}" install -q -r "$HERE/requirements.txt"
+"$VENV/bin/python" -c 'import iac_code.a2a.app' \
+  || { echo "setup.sh: iac-code a2a does not import" >&2; exit 1; }
+
+reference="absent"
+if "${PIP[@]}" install -q -c "$HERE/requirements.txt" -r "$HERE/requirements-reference.txt"; then
+  if "$VENV/bin/python" -c 'import iac_code.agui.app' >/dev/null 2>&1; then
+    reference="installed"
+  else
+    echo "setup.sh: warning: iac-code[agui] installed but iac_code.agui does not import" >&2
+  fi
+else
+  echo "setup.sh: warning: iac-code[agui]==0.16.0 did not install; the reference comparison will be skipped" >&2
+fi
+
+rm -rf "$VALIDATOR_DIR"
+"${PIP[@]}" install -q --no-deps --target "$VALIDATOR_DIR" -r "$HERE/requirements-validator.txt"
+PYTHONPATH="$VALIDATOR_DIR" "$VENV/bin/python" -c \
+  'import ag_ui.core, importlib.metadata as m; assert m.version("ag-ui-protocol")' >/dev/null
+
+printf '%s\nreference adapter %s\n' "$digest" "$reference" > "$STAMP"
+echo "setup.sh: done (reference adapter $reference)"
