@@ -314,6 +314,16 @@ impl<'a> RunCtx<'a> {
     }
 
     fn execute(&mut self) {
+        log::debug!(
+            "run {} on thread {} starts ({})",
+            self.input.run_id,
+            self.input.thread_id,
+            match self.mode {
+                Some(Mode::NewTurn) => "new turn",
+                Some(Mode::Resume(_)) => "resume",
+                _ => "expired",
+            }
+        );
         self.proj.start(&mut self.out);
         self.flush();
         let finish = match self.mode.take() {
@@ -326,8 +336,9 @@ impl<'a> RunCtx<'a> {
             )),
         };
         self.stream.clear_on_close();
-        if let Some(code) = finish.code() {
-            log::info!("run {} ended with {code}", self.input.run_id);
+        match finish.code() {
+            Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
+            None => log::debug!("run {} ended", self.input.run_id),
         }
         self.proj.finish(&finish, &mut self.out);
         self.flush();

@@ -78,6 +78,7 @@ struct State {
     token: Option<String>,
     overrides: Mutex<HashMap<String, Vec<Step>>>,
     counter: AtomicU64,
+    reject_answers: AtomicBool,
 }
 
 pub struct FakeKernel {
@@ -155,6 +156,11 @@ impl FakeKernel {
         if let Some(t) = self.state.tasks.lock().unwrap().get_mut(task_id) {
             t.context = "agui-0000000000000000000000000000000000000000".into();
         }
+    }
+
+    /// While set, every answer to an input wait is refused with a JSON-RPC error.
+    pub fn reject_answers(&self, on: bool) {
+        self.state.reject_answers.store(on, Ordering::SeqCst);
     }
 
     pub fn task_state(&self, task_id: &str) -> Option<String> {
@@ -422,6 +428,13 @@ fn send_streaming(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io:
         .clone();
     let (task_id, script, answer_text, first) = if let Some(task_id) = m["taskId"].as_str() {
         // An answer to an input wait.
+        if state.reject_answers.load(Ordering::SeqCst) {
+            return respond(
+                conn,
+                200,
+                &rpc_error(req, -32603, "The kernel is restarting; try again."),
+            );
+        }
         let mut tasks = state.tasks.lock().unwrap();
         let Some(task) = tasks.get_mut(task_id) else {
             return respond(conn, 200, &rpc_error(req, -32001, "Task not found"));

@@ -43,7 +43,9 @@ export PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-60}"
   || { echo "setup.sh: iac-code a2a does not import" >&2; exit 1; }
 
 reference="absent"
-if "${PIP[@]}" install -q -c "$HERE/requirements.txt" -r "$HERE/requirements-reference.txt"; then
+# the lock as constraints (pip refuses extras in a constraints file)
+sed -e 's/\[[^]]*\]//' "$HERE/requirements.txt" > "$VENV/real-kernel-constraints.txt"
+if "${PIP[@]}" install -q -c "$VENV/real-kernel-constraints.txt" -r "$HERE/requirements-reference.txt"; then
   if "$VENV/bin/python" -c 'import iac_code.agui.app' >/dev/null 2>&1; then
     reference="installed"
   else

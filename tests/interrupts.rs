@@ -1,0 +1,589 @@
+//! Interrupts, resume, expiry, the cancel extension, restarts and disconnects, over real HTTP
+//! against the fake kernel.
+
+mod common;
+#[path = "fake_kernel/mod.rs"]
+mod fake_kernel;
+
+use common::*;
+use fake_kernel::FakeKernel;
+use serde_json::{json, Value};
+use std::io::Read;
+use std::time::Duration;
+
+fn setup() -> (FakeKernel, Adapter) {
+    let k = FakeKernel::start();
+    let a = Adapter::start(&k.url);
+    (k, a)
+}
+
+fn allow(id: &Value) -> Value {
+    json!([{"interruptId": id, "status": "resolved", "payload": {"decision": "allow_once"}}])
+}
+
+/// A thread waiting on the permission interrupt of the recorded flow.
+fn interrupted(a: &Adapter, thread: &str) -> (RunResult, Value) {
+    let r = a.run(&a.request(thread, "run-1", "scenario:permission"));
+    let interrupt = r.interrupts()[0].clone();
+    (r, interrupt)
+}
+
+fn cancel_url(a: &Adapter, execution: &Value) -> String {
+    format!(
+        "{}/extensions/iac-code/v1/executions/{}/cancel",
+        a.url,
+        execution.as_str().unwrap()
+    )
+}
+
+#[test]
+fn a_permission_wait_ends_the_run_with_a_complete_interrupt() {
+    let (_k, a) = setup();
+    let (r, i) = interrupted(&a, "thread-tap-1");
+    assert_eq!(
+        r.types(),
+        [
+            "RUN_STARTED",
+            "CUSTOM",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "RUN_FINISHED"
+        ]
+    );
+    assert_balanced(&r.events);
+    let golden: Vec<Value> = include_str!("data/permission-flow.run1.agui.sse")
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut want = golden.last().unwrap()["outcome"]["interrupts"][0].clone();
+    // Ours adds the expiry the spec asks for and writes schemaVersion as the integer 1.
+    want["expiresAt"] = i["expiresAt"].clone();
+    want["metadata"]["schemaVersion"] = json!(1);
+    want["metadata"]["requestTaskId"] = r.session()["taskId"].clone();
+    assert_eq!(i, want);
+    assert_eq!(r.events[3]["delta"], golden[3]["delta"], "tool arguments");
+    assert_eq!(r.last()["usage"], golden.last().unwrap()["usage"]);
+    for key in [
+        "kind",
+        "toolName",
+        "title",
+        "purpose",
+        "safeSummary",
+        "options",
+    ] {
+        assert!(i["metadata"].get(key).is_some(), "metadata.{key}");
+    }
+    assert!(i["expiresAt"].as_str().unwrap().ends_with('Z'));
+    let state = a.state_file("thread-tap-1");
+    let pending = &state["execution"]["pending"][i["id"].as_str().unwrap()];
+    assert_eq!(pending["value"]["inputId"], i["id"]);
+    assert_eq!(state["execution"]["taskId"], r.session()["taskId"]);
+}
+
+#[test]
+fn questions_and_selections_get_their_own_schemas() {
+    let (_k, a) = setup();
+    let q = a
+        .run(&a.request("t-q", "r1", "scenario:question"))
+        .interrupts()[0]
+        .clone();
+    assert_eq!(q["reason"], "input_required");
+    assert_eq!(q["toolCallId"], "call_q");
+    assert_eq!(
+        q["message"],
+        "Which region?\n- cn-hangzhou: Hangzhou\n- cn-beijing: Beijing"
+    );
+    let branches = q["responseSchema"]["oneOf"].as_array().unwrap();
+    assert_eq!(branches.len(), 3, "two options and free text");
+    assert_eq!(branches[2]["required"], json!(["freeText"]));
+    let s = a
+        .run(&a.request("t-s", "r1", "scenario:selection"))
+        .interrupts()[0]
+        .clone();
+    let branches = s["responseSchema"]["oneOf"].as_array().unwrap();
+    assert_eq!(branches.len(), 2, "options only");
+    assert_eq!(branches[1]["properties"]["selectedId"]["const"], "1");
+    assert_eq!(s["metadata"]["kind"], "candidate_selection");
+    assert_eq!(
+        s["metadata"]["standardOptions"][0],
+        json!({"id": "0", "title": "Plan A"})
+    );
+}
+
+#[test]
+fn an_interrupt_that_cannot_be_persisted_is_never_announced_and_its_task_is_cancelled() {
+    let k = FakeKernel::start();
+    let a = Adapter::start(&k.url);
+    let threads = a.state_dir.join("threads");
+    let reader = std::thread::spawn({
+        let url = a.url.clone();
+        let body = a.request("t-failclosed", "r1", "scenario:permission-gated");
+        move || post_run(&url, &body, &[])
+    });
+    assert!(eventually(5, || threads.join("t-failclosed.json").exists()));
+    assert!(eventually(5, || !k
+        .calls("SendStreamingMessage")
+        .is_empty()));
+    std::thread::sleep(Duration::from_millis(200));
+    let guard = Immutable::new(&threads);
+    k.open("interrupt");
+    let r = reader.join().unwrap();
+    drop(guard);
+    assert_eq!(r.error_code(), "STATE_PERSISTENCE_FAILED");
+    assert!(r.events.iter().all(|e| e["outcome"]["type"] != "interrupt"));
+    assert_balanced(&r.events);
+    assert!(eventually(5, || !k.calls("CancelTask").is_empty()));
+    let state = a.state_file("t-failclosed");
+    assert_eq!(state["execution"]["pending"], json!({}));
+}
+
+#[test]
+fn a_resume_continues_the_same_task_and_streams_what_the_reference_streamed() {
+    let (k, a) = setup();
+    let (first, i) = interrupted(&a, "thread-tap-1");
+    let r = a.run(&a.resume_request("thread-tap-1", "run-tap-2", allow(&i["id"])));
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    assert_balanced(&r.events);
+    let golden: Vec<Value> = include_str!("data/permission-flow.run2-resume.agui.sse")
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types = |v: &[Value]| {
+        v.iter()
+            .map(|e| e["type"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(r.types(), types(&golden));
+    assert_eq!(r.session()["taskId"], first.session()["taskId"]);
+    assert_eq!(r.session()["executionId"], first.session()["executionId"]);
+    let result = r
+        .events
+        .iter()
+        .find(|e| e["type"] == "TOOL_CALL_RESULT")
+        .unwrap();
+    assert_eq!(result["toolCallId"], "call_1");
+    assert_eq!(r.last()["usage"], golden.last().unwrap()["usage"]);
+    // The answer is the strict sideband message on the waiting task, after the recovery calls.
+    let paths: Vec<String> = k
+        .requests()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["path"],
+                r["body"]["method"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let n = paths.len();
+    assert!(
+        paths[n - 4].starts_with("\"/iac-code/session/ensure-restored\""),
+        "{paths:?}"
+    );
+    assert!(paths[n - 3].ends_with("GetTask"), "{paths:?}");
+    assert!(
+        paths[n - 2].starts_with("\"/iac-code/pipeline/state"),
+        "{paths:?}"
+    );
+    let answer = &k.calls("SendStreamingMessage")[1]["body"]["params"]["message"];
+    assert_eq!(
+        answer["messageId"],
+        format!("agui-resume-run-tap-2-{}", i["id"].as_str().unwrap())
+    );
+    assert_eq!(answer["taskId"], first.session()["taskId"]);
+    assert_eq!(answer["parts"][0]["data"]["decision"], "allow_once");
+    assert!(answer["metadata"]["iac_code"].get("run_mode").is_none());
+    let state = a.state_file("thread-tap-1");
+    assert_eq!(state["execution"]["pending"], json!({}));
+    assert_eq!(state["appliedResumeDigests"][0]["interruptId"], i["id"]);
+    assert_eq!(
+        state["terminalExecutionIds"][0],
+        state["execution"]["executionId"]
+    );
+}
+
+#[test]
+fn deny_and_cancelled_permissions_send_deny() {
+    let (k, a) = setup();
+    let (_, i) = interrupted(&a, "t-deny");
+    let deny =
+        json!([{"interruptId": i["id"], "status": "resolved", "payload": {"decision": "deny"}}]);
+    let r = a.run(&a.resume_request("t-deny", "r2", deny));
+    assert_eq!(r.text(), "OK, I did not write the file.");
+    let (_, i) = interrupted(&a, "t-cancelled");
+    let r = a.run(&a.resume_request(
+        "t-cancelled",
+        "r2",
+        json!([{"interruptId": i["id"], "status": "cancelled"}]),
+    ));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+    let answers: Vec<_> = k
+        .calls("SendStreamingMessage")
+        .into_iter()
+        .filter(|c| c["body"]["params"]["message"]["taskId"].is_string())
+        .collect();
+    assert_eq!(answers.len(), 2);
+    assert!(answers
+        .iter()
+        .all(|c| c["body"]["params"]["message"]["parts"][0]["data"]["decision"] == "deny"));
+}
+
+#[test]
+fn every_pending_interrupt_must_be_answered_exactly_once() {
+    let (k, a) = setup();
+    let (_, i) = interrupted(&a, "t-once");
+    let id = &i["id"];
+    let r = a.run(&a.resume_request("t-once", "r2", json!([])));
+    assert_eq!(r.error_code(), "INCOMPLETE_RESUME");
+    let twice = json!([{"interruptId": id, "status": "cancelled"}, {"interruptId": id, "status": "cancelled"}]);
+    assert_eq!(
+        a.run(&a.resume_request("t-once", "r3", twice)).error_code(),
+        "INCOMPLETE_RESUME"
+    );
+    let unknown = json!([{"interruptId": "nope", "status": "cancelled"}]);
+    assert_eq!(
+        a.run(&a.resume_request("t-once", "r4", unknown))
+            .error_code(),
+        "UNKNOWN_INTERRUPT"
+    );
+    // None of it reached the kernel as an answer; the interrupt is still answerable.
+    assert_eq!(k.calls("SendStreamingMessage").len(), 1);
+    let r = a.run(&a.resume_request("t-once", "r5", allow(id)));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn an_invalid_payload_is_refused_and_the_interrupt_stays_retryable() {
+    let (k, a) = setup();
+    let (_, i) = interrupted(&a, "t-invalid");
+    for (n, payload) in [
+        json!({"decision": "always"}),
+        json!({}),
+        json!("allow_once"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let bad = json!([{"interruptId": i["id"], "status": "resolved", "payload": payload}]);
+        let r = a.run(&a.resume_request("t-invalid", &format!("bad-{n}"), bad));
+        assert_eq!(r.error_code(), "RESUME_PAYLOAD_INVALID");
+        assert_eq!(r.types().first().map(String::as_str), Some("RUN_STARTED"));
+    }
+    let missing = json!([{"interruptId": i["id"], "status": "resolved"}]);
+    assert_eq!(
+        a.run(&a.resume_request("t-invalid", "bad-x", missing))
+            .error_code(),
+        "RESUME_PAYLOAD_INVALID"
+    );
+    assert_eq!(k.calls("SendStreamingMessage").len(), 1);
+    assert_eq!(
+        a.state_file("t-invalid")["execution"]["pending"]
+            .as_object()
+            .unwrap()
+            .len(),
+        1
+    );
+    let r = a.run(&a.resume_request("t-invalid", "good", allow(&i["id"])));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn a_plain_message_while_waiting_is_resume_required() {
+    let (_k, a) = setup();
+    interrupted(&a, "t-required");
+    let r = a.run(&a.request("t-required", "r2", "never mind, do something else"));
+    assert_eq!((r.status, r.error_code()), (409, "RESUME_REQUIRED"));
+}
+
+#[test]
+fn re_sending_an_accepted_answer_is_already_applied_and_runs_nothing_twice() {
+    let (k, a) = setup();
+    let (_, i) = interrupted(&a, "t-again");
+    assert_eq!(
+        a.run(&a.resume_request("t-again", "r2", allow(&i["id"])))
+            .last()["outcome"]["type"],
+        "success"
+    );
+    let again = a.run(&a.resume_request("t-again", "r3", allow(&i["id"])));
+    assert_eq!(again.error_code(), "RESUME_ALREADY_APPLIED");
+    let other =
+        json!([{"interruptId": i["id"], "status": "resolved", "payload": {"decision": "deny"}}]);
+    assert_eq!(
+        a.run(&a.resume_request("t-again", "r4", other))
+            .error_code(),
+        "RESUME_ALREADY_APPLIED"
+    );
+    let answers = k
+        .calls("SendStreamingMessage")
+        .into_iter()
+        .filter(|c| c["body"]["params"]["message"]["taskId"].is_string())
+        .count();
+    assert_eq!(answers, 1, "the tool ran once");
+}
+
+#[test]
+fn an_answer_the_kernel_refuses_stays_pending() {
+    let (k, a) = setup();
+    let (_, i) = interrupted(&a, "t-refused");
+    k.reject_answers(true);
+    let r = a.run(&a.resume_request("t-refused", "r2", allow(&i["id"])));
+    assert_eq!(r.error_code(), "A2A_EXECUTION_FAILED");
+    assert_eq!(
+        a.state_file("t-refused")["execution"]["pending"]
+            .as_object()
+            .unwrap()
+            .len(),
+        1
+    );
+    k.reject_answers(false);
+    let r = a.run(&a.resume_request("t-refused", "r3", allow(&i["id"])));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn questions_are_answered_with_text_and_a_cancelled_question_cancels_the_execution() {
+    let (k, a) = setup();
+    let q = a
+        .run(&a.request("t-qa", "r1", "scenario:question"))
+        .interrupts()[0]
+        .clone();
+    let bad = json!([{"interruptId": q["id"], "status": "resolved", "payload": {"selectedId": "cn-shanghai"}}]);
+    assert_eq!(
+        a.run(&a.resume_request("t-qa", "r2", bad)).error_code(),
+        "RESUME_PAYLOAD_INVALID"
+    );
+    let pick = json!([{"interruptId": q["id"], "status": "resolved", "payload": {"selectedId": "cn-beijing"}}]);
+    let r = a.run(&a.resume_request("t-qa", "r3", pick));
+    assert_eq!(r.text(), "You chose: Beijing.");
+    let answer =
+        k.calls("SendStreamingMessage").last().unwrap()["body"]["params"]["message"].clone();
+    assert_eq!(answer["parts"], json!([{"text": "Beijing"}]));
+    let q = a
+        .run(&a.request("t-qc", "r1", "scenario:question"))
+        .interrupts()[0]
+        .clone();
+    let r = a.run(&a.resume_request(
+        "t-qc",
+        "r2",
+        json!([{"interruptId": q["id"], "status": "cancelled"}]),
+    ));
+    assert_eq!(r.error_code(), "CANCELLED");
+    assert!(eventually(5, || !k.calls("CancelTask").is_empty()));
+    assert_eq!(a.state_file("t-qc")["execution"]["pending"], json!({}));
+}
+
+#[test]
+fn an_expired_interrupt_refuses_the_resume_clears_pending_and_cancels_the_task() {
+    let k = FakeKernel::start();
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            args: vec!["--interrupt-ttl".into(), "0.3".into()],
+            ..Default::default()
+        },
+    );
+    let (first, i) = interrupted(&a, "t-expired");
+    std::thread::sleep(Duration::from_millis(500));
+    let r = a.run(&a.resume_request("t-expired", "r2", allow(&i["id"])));
+    assert_eq!(r.error_code(), "EXECUTION_EXPIRED");
+    assert_eq!(a.state_file("t-expired")["execution"]["pending"], json!({}));
+    let task = first.session()["taskId"].clone();
+    assert!(eventually(5, || k
+        .calls("CancelTask")
+        .iter()
+        .any(|c| c["body"]["params"]["id"] == task)));
+    // The thread takes a new turn afterwards.
+    assert_eq!(
+        a.run(&a.request("t-expired", "r3", "hi")).last()["outcome"]["type"],
+        "success"
+    );
+}
+
+#[test]
+fn the_cancel_extension_cancels_a_waiting_execution_once_and_hides_other_identities() {
+    let (k, a) = setup();
+    let (first, _) = interrupted(&a, "t-cancel");
+    let s = first.session();
+    let url = cancel_url(&a, &s["executionId"]);
+    for wrong in [
+        json!({"threadId": "t-cancel", "rosInvocationId": "other-invocation"}),
+        json!({"threadId": "t-other", "rosInvocationId": "invocation-1"}),
+    ] {
+        let (status, v) = post_json(&url, &wrong);
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (404, Some("EXECUTION_NOT_FOUND"))
+        );
+    }
+    let (status, v) = post_json(
+        &cancel_url(&a, &json!("no-such-execution")),
+        &json!({"threadId": "t-cancel", "rosInvocationId": "invocation-1"}),
+    );
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (404, Some("EXECUTION_NOT_FOUND"))
+    );
+    let (status, bad) = post_json(&url, &json!({"threadId": "t-cancel"}));
+    assert_eq!(
+        (status, bad["error"]["code"].as_str()),
+        (400, Some("INVALID_INPUT"))
+    );
+    let body = json!({"threadId": "t-cancel", "rosInvocationId": "invocation-1"});
+    let (status, v) = post_json(&url, &body);
+    assert_eq!(
+        (status, v),
+        (
+            200,
+            json!({"executionId": s["executionId"], "status": "cancelled"})
+        )
+    );
+    assert_eq!(
+        k.calls("CancelTask")[0]["body"]["params"]["id"],
+        s["taskId"]
+    );
+    assert_eq!(
+        k.task_state(s["taskId"].as_str().unwrap()).as_deref(),
+        Some("TASK_STATE_CANCELED")
+    );
+    assert_eq!(a.state_file("t-cancel")["execution"]["pending"], json!({}));
+    let (_, v) = post_json(&url, &body);
+    assert_eq!(v["status"], "already_terminal");
+    // Pending interrupts are gone: a plain message starts the next turn.
+    assert_eq!(
+        a.run(&a.request("t-cancel", "r2", "hi")).last()["outcome"]["type"],
+        "success"
+    );
+}
+
+#[test]
+fn cancelling_an_active_run_ends_its_stream_with_run_error_cancelled() {
+    let (k, a) = setup();
+    let reader = std::thread::spawn({
+        let (url, body) = (a.url.clone(), a.request("t-live", "r1", "scenario:hang"));
+        move || post_run(&url, &body, &[])
+    });
+    assert!(eventually(5, || a
+        .state_dir
+        .join("threads/t-live.json")
+        .exists()
+        && a.state_file("t-live")["execution"]["taskId"].is_string()));
+    let state = a.state_file("t-live");
+    let url = cancel_url(&a, &state["execution"]["executionId"]);
+    let (status, v) = post_json(
+        &url,
+        &json!({"threadId": "t-live", "rosInvocationId": "invocation-1"}),
+    );
+    assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
+    let r = reader.join().unwrap();
+    assert_eq!(r.error_code(), "CANCELLED");
+    assert_balanced(&r.events);
+    assert_eq!(k.calls("CancelTask").len(), 1);
+    assert!(eventually(5, || a.state_file("t-live")
+        ["terminalExecutionIds"]
+        .as_array()
+        .is_some_and(|t| !t.is_empty())));
+    let (_, v) = post_json(
+        &url,
+        &json!({"threadId": "t-live", "rosInvocationId": "invocation-1"}),
+    );
+    assert_eq!(v["status"], "already_terminal");
+}
+
+#[test]
+fn a_pending_interrupt_survives_sigkill_and_resumes_after_a_restart() {
+    let (k, mut a) = setup();
+    let (first, i) = interrupted(&a, "t-restart");
+    a.restart();
+    let r = a.run(&a.resume_request("t-restart", "r2", allow(&i["id"])));
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    assert_eq!(r.session()["taskId"], first.session()["taskId"]);
+    assert!(k
+        .calls("GetTask")
+        .iter()
+        .any(|c| c["body"]["params"]
+            == json!({"id": first.session()["taskId"], "historyLength": 100})));
+}
+
+#[test]
+fn after_a_restart_a_task_the_kernel_lost_is_execution_lost() {
+    let (k, mut a) = setup();
+    let (_, i) = interrupted(&a, "t-lost");
+    a.restart();
+    k.forget_everything();
+    let r = a.run(&a.resume_request("t-lost", "r2", allow(&i["id"])));
+    assert_eq!(r.error_code(), "EXECUTION_LOST");
+}
+
+#[test]
+fn after_a_restart_a_task_in_another_context_is_a_protocol_error() {
+    let (k, mut a) = setup();
+    let (first, i) = interrupted(&a, "t-moved");
+    a.restart();
+    k.swap_context(first.session()["taskId"].as_str().unwrap());
+    let r = a.run(&a.resume_request("t-moved", "r2", allow(&i["id"])));
+    assert_eq!(r.error_code(), "A2A_PROTOCOL_ERROR");
+    assert_eq!(
+        a.state_file("t-moved")["execution"]["pending"]
+            .as_object()
+            .unwrap()
+            .len(),
+        1,
+        "nothing lost"
+    );
+}
+
+#[test]
+fn a_resume_for_an_unknown_thread_or_invocation_is_execution_lost() {
+    let (_k, a) = setup();
+    let r = a.run(&a.resume_request(
+        "t-never",
+        "r1",
+        json!([{"interruptId": "x", "status": "cancelled"}]),
+    ));
+    assert_eq!((r.status, r.error_code()), (409, "EXECUTION_LOST"));
+    let (_, i) = interrupted(&a, "t-inv");
+    let mut body = a.resume_request("t-inv", "r2", allow(&i["id"]));
+    body["forwardedProps"]["iacCode"]["rosInvocationId"] = json!("invocation-other");
+    let r = a.run(&body);
+    assert_eq!((r.status, r.error_code()), (409, "EXECUTION_LOST"));
+}
+
+#[test]
+fn an_interrupted_run_holds_no_connection_and_a_disconnect_keeps_the_pending_interrupt() {
+    let (k, a) = setup();
+    let mut stream = open_stream(&a.url, &a.request("t-hold", "r1", "scenario:permission"));
+    let mut body = String::new();
+    // The response ends by itself after the interrupt: reading to the end returns.
+    stream.read_to_string(&mut body).unwrap();
+    assert!(body.contains("\"interrupt\""));
+    drop(stream);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        k.calls("CancelTask").is_empty(),
+        "no cancel after an interrupt"
+    );
+    let pending = a.state_file("t-hold")["execution"]["pending"].clone();
+    let id = pending.as_object().unwrap().keys().next().unwrap().clone();
+    let r = a.run(&a.resume_request("t-hold", "r2", allow(&json!(id))));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn after_a_resumed_success_the_next_turn_takes_a_new_invocation_on_the_same_session() {
+    let (k, a) = setup();
+    let (first, i) = interrupted(&a, "t-next");
+    a.run(&a.resume_request("t-next", "r2", allow(&i["id"])));
+    let mut body = a.request("t-next", "r3", "thanks");
+    body["forwardedProps"]["iacCode"]["rosInvocationId"] = json!("invocation-2");
+    let r = a.run(&body);
+    assert_eq!(r.last()["outcome"]["type"], "success");
+    assert_eq!(r.session()["sessionId"], first.session()["sessionId"]);
+    assert_eq!(r.session()["contextId"], first.session()["contextId"]);
+    assert_ne!(r.session()["executionId"], first.session()["executionId"]);
+    let last = k.calls("SendStreamingMessage").last().unwrap()["body"]["params"]["message"].clone();
+    assert_eq!(last["contextId"], first.session()["contextId"]);
+    assert!(last.get("taskId").is_none());
+}

@@ -1,0 +1,1023 @@
+#!/usr/bin/env python3
+"""End-to-end test of iac-code-agui against the REAL iac-code 0.16.0 A2A kernel.
+
+Starts, all on 127.0.0.1 with free ports and a fresh temporary directory:
+  * fake_llm.py                 a scripted OpenAI-compatible LLM
+  * iac-code a2a                the real kernel (--thinking-exposure all)
+  * target/debug/iac-code-agui  our adapter (--a2a-url the kernel)
+  * iac-code agui               the Python reference adapter, when installed (scenario g)
+and drives the adapter over HTTP/SSE through the scenarios below, printing PASS/FAIL for each.
+
+  a  text turn (and a second turn on the same thread)
+  b  write_file -> permission interrupt -> resume allow_once -> file written
+  c  write_file -> permission interrupt -> resume deny -> no file
+  d  write_file -> permission interrupt -> cancel extension -> resume refused
+  e  write_file -> permission interrupt -> SIGKILL the adapter -> restart (same state dir) -> resume
+  f  every AG-UI event of every stream validates with the ag-ui-protocol 1.0.0 pydantic models
+  g  scenarios a and b through the reference adapter; event-type sequences compared with ours
+
+Exit status: 0 when every scenario passed, 1 otherwise, 3 on the global timeout.
+Every child runs in its own process group and is killed on exit, on failure and on a signal.
+
+Run it with the venv's python (see run.sh):  python run.py [--venv DIR] [--adapter BIN] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import difflib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+LLM_TEXT = "Here is a VPC template outline: one VPC, two vSwitches."
+LLM_AFTER_TOOL = "Done: the file has been handled."
+SESSION_EVENT = "iac-code.session.v1"
+TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
+
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# child processes
+# --------------------------------------------------------------------------------------------
+
+class Child:
+    def __init__(self, name: str, argv: list, env: dict, cwd: str, log_path: str):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.log_file = open(log_path, "ab")
+        self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                      stdout=self.log_file, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self, sig=signal.SIGTERM, grace: float = 5.0) -> None:
+        """Signals the child's process group; SIGKILL after `grace` seconds."""
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # the group may hold grandchildren even when the leader is gone
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            self.log_file.close()
+        except OSError:
+            pass
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                data = fh.read().decode("utf-8", "replace").splitlines()
+            return "\n".join("    | " + line for line in data[-lines:])
+        except OSError:
+            return "    | (no log)"
+
+
+CHILDREN: list = []
+_cleaned = threading.Lock()
+
+
+def cleanup() -> None:
+    if not _cleaned.acquire(blocking=False):
+        return
+    for child in reversed(CHILDREN):
+        child.kill(signal.SIGTERM, grace=3.0)
+
+
+def _on_signal(signum, _frame):
+    log(f"signal {signum}: stopping children")
+    cleanup()
+    os._exit(128 + signum)
+
+
+def start_child(name, argv, env, cwd, log_dir) -> Child:
+    child = Child(name, argv, env, cwd, os.path.join(log_dir, f"{name}.log"))
+    CHILDREN.append(child)
+    return child
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(port: int, method: str, path: str, body=None, timeout: float = 30.0):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = raw.decode("utf-8", "replace")
+        return resp.status, parsed
+    finally:
+        conn.close()
+
+
+def wait_health(port: int, child: Child, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited with {child.popen.returncode} before /health:\n"
+                               + child.tail())
+        try:
+            status, body = http_json(port, "GET", "/health", timeout=2)
+            if status == 200:
+                return body
+            last = f"HTTP {status} {body}"
+        except OSError as exc:
+            last = repr(exc)
+        time.sleep(0.1)
+    raise RuntimeError(f"{child.name}: no /health on port {port} within {timeout}s ({last}):\n"
+                       + child.tail())
+
+
+# --------------------------------------------------------------------------------------------
+# AG-UI over HTTP/SSE
+# --------------------------------------------------------------------------------------------
+
+class Stream:
+    """One POST / : either an SSE stream of events or a pre-SSE HTTP error."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.status = None
+        self.content_type = ""
+        self.body = None          # parsed JSON body when the answer is not SSE
+        self.events: list = []    # parsed events
+        self.raw: list = []       # the data payloads, verbatim
+        self.comments = 0         # SSE comment lines (heartbeats)
+        self.bad_frames: list = []
+        self.closed_after_terminal = None
+        self.elapsed = 0.0
+
+    @property
+    def is_sse(self) -> bool:
+        return self.content_type.startswith("text/event-stream")
+
+    def types(self) -> list:
+        return [e.get("type") for e in self.events]
+
+    def first(self, type_, name=None):
+        for e in self.events:
+            if e.get("type") == type_ and (name is None or e.get("name") == name):
+                return e
+        return None
+
+    def all(self, type_):
+        return [e for e in self.events if e.get("type") == type_]
+
+    @property
+    def terminal(self):
+        return self.events[-1] if self.events and self.events[-1].get("type") in TERMINAL else None
+
+    def outcome_type(self):
+        t = self.terminal
+        if t is None or t.get("type") != "RUN_FINISHED":
+            return None
+        return (t.get("outcome") or {"type": "success"}).get("type")
+
+    def interrupts(self) -> list:
+        t = self.terminal
+        if t is None or t.get("type") != "RUN_FINISHED":
+            return []
+        return (t.get("outcome") or {}).get("interrupts") or []
+
+    def session(self) -> dict:
+        e = self.first("CUSTOM", SESSION_EVENT)
+        return (e or {}).get("value") or {}
+
+    def summary(self) -> str:
+        if not self.is_sse:
+            return f"HTTP {self.status} {json.dumps(self.body)[:300]}"
+        return " ".join(compact_tokens(self.events))
+
+
+STREAMS: list = []   # every Stream, for validation (f) and the reference comparison (g)
+
+
+def post_run(port: int, body: dict, label: str, timeout: float = 90.0) -> Stream:
+    st = Stream(label)
+    STREAMS.append(st)
+    started = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", "/", body=json.dumps(body).encode(),
+                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        st.status = resp.status
+        st.content_type = resp.getheader("Content-Type", "") or ""
+        if not st.is_sse:
+            raw = resp.read()
+            try:
+                st.body = json.loads(raw) if raw else None
+            except ValueError:
+                st.body = raw.decode("utf-8", "replace")
+            return st
+        data_lines: list = []
+        while True:
+            try:
+                line = resp.readline()
+            except (socket.timeout, TimeoutError):
+                if st.terminal is not None:
+                    st.closed_after_terminal = False
+                    break
+                raise
+            if not line:
+                if st.terminal is not None:
+                    st.closed_after_terminal = True
+                break
+            text = line.decode("utf-8").rstrip("\r\n")
+            if text == "":
+                if data_lines:
+                    payload = "\n".join(data_lines)
+                    data_lines = []
+                    st.raw.append(payload)
+                    try:
+                        st.events.append(json.loads(payload))
+                    except ValueError:
+                        st.bad_frames.append(payload)
+                    if st.terminal is not None and conn.sock is not None:
+                        # the server should close the stream now; do not wait for long
+                        conn.sock.settimeout(10)
+                continue
+            if text.startswith(":"):
+                st.comments += 1
+                continue
+            field, _, value = text.partition(":")
+            if value.startswith(" "):
+                value = value[1:]
+            if field == "data":
+                data_lines.append(value)
+    finally:
+        st.elapsed = time.monotonic() - started
+        conn.close()
+    return st
+
+
+def run_input(thread: str, run: str, ros: str, cwd: str, text: str = None, resume=None,
+              messages=None) -> dict:
+    if messages is None:
+        messages = [] if text is None else [{"id": f"msg-{uuid.uuid4().hex[:12]}", "role": "user",
+                                             "content": text}]
+    body = {
+        "threadId": thread,
+        "runId": run,
+        "state": {},
+        "messages": messages,
+        "tools": [],
+        "context": [],
+        "forwardedProps": {"iacCode": {"schemaVersion": 1, "rosInvocationId": ros, "cwd": cwd}},
+    }
+    if resume is not None:
+        body["resume"] = resume
+    return body
+
+
+def answer(interrupt_id: str, decision: str) -> list:
+    return [{"interruptId": interrupt_id, "status": "resolved", "payload": {"decision": decision}}]
+
+
+def compact_tokens(events: list, standard_only: bool = False) -> list:
+    """Event types (CUSTOM with its name), consecutive repeats folded as TYPE*n."""
+    tokens = []
+    for e in events:
+        t = e.get("type")
+        if t == "CUSTOM":
+            if standard_only:
+                continue
+            t = f"CUSTOM:{e.get('name')}"
+        if t == "RUN_FINISHED":
+            t = f"RUN_FINISHED({(e.get('outcome') or {'type': 'success'}).get('type')})"
+        tokens.append(t)
+    out = []
+    for t in tokens:
+        if out and out[-1][0] == t:
+            out[-1][1] += 1
+        else:
+            out.append([t, 1])
+    return [t if n == 1 else f"{t}*{n}" for t, n in out]
+
+
+# --------------------------------------------------------------------------------------------
+# scenarios
+# --------------------------------------------------------------------------------------------
+
+class Failed(Exception):
+    pass
+
+
+class Scenario:
+    def __init__(self, key: str, title: str):
+        self.key = key
+        self.title = title
+        self.failures: list = []
+        self.notes: list = []
+        self.status = None
+
+    def expect(self, cond, msg: str) -> bool:
+        if not cond:
+            self.failures.append(msg)
+        return bool(cond)
+
+    def require(self, cond, msg: str) -> None:
+        if not cond:
+            self.failures.append(msg)
+            raise Failed(msg)
+
+    def note(self, msg: str) -> None:
+        self.notes.append(msg)
+        log(f"  {self.key}: {msg}")
+
+
+RESULTS: list = []
+
+
+def execute(sc: Scenario, fn, *args) -> Scenario:
+    try:
+        fn(sc, *args)
+    except Failed:
+        pass
+    except Exception as exc:  # noqa: BLE001 - report, never crash the harness
+        sc.failures.append(f"{type(exc).__name__}: {exc}")
+    if sc.status is None:
+        sc.status = "FAIL" if sc.failures else "PASS"
+    return sc
+
+
+def run_scenario(key: str, title: str, fn, *args) -> Scenario:
+    sc = Scenario(key, title)
+    log(f"scenario {key}: {title}")
+    started = time.monotonic()
+    execute(sc, fn, *args)
+    took = time.monotonic() - started
+    line = f"{sc.status} {key}: {title} ({took:.1f}s)"
+    print(line, flush=True)
+    for f in sc.failures:
+        print(f"     - {f}", flush=True)
+    RESULTS.append(sc)
+    return sc
+
+
+class Env:
+    """Ports, directories and the children of one test run."""
+
+    def __init__(self, args):
+        self.args = args
+        self.tmp = tempfile.mkdtemp(prefix="agui-real-kernel-")
+        self.ws = os.path.join(self.tmp, "ws")
+        self.logs = os.path.join(self.tmp, "logs")
+        for d in (self.ws, self.logs, os.path.join(self.tmp, "home"),
+                  os.path.join(self.tmp, "config")):
+            os.makedirs(d, exist_ok=True)
+        self.state_ours = os.path.join(self.tmp, "state-ours")
+        self.state_ref = os.path.join(self.tmp, "state-reference")
+        self.llm_port = free_port()
+        self.kernel_port = free_port()
+        self.ours_port = free_port()
+        self.ref_port = free_port()
+        self.ours = None
+        self.base_env = dict(os.environ)
+        for var in ("IAC_CODE_AGUI_AUTH_TOKEN", "IAC_CODE_AGUI_A2A_TOKEN", "IAC_CODE_AGUI_A2A_URL",
+                    "IAC_CODE_AGUI_PORT", "IAC_CODE_AGUI_HOST", "IAC_CODE_AGUI_STATE_DIR"):
+            self.base_env.pop(var, None)
+        self.base_env.update({
+            "HOME": os.path.join(self.tmp, "home"),
+            "IAC_CODE_CONFIG_DIR": os.path.join(self.tmp, "config"),
+            "IAC_CODE_PROVIDER": "OpenAI Compatible",
+            "IAC_CODE_MODEL": "fake-model",
+            "IAC_CODE_BASE_URL": f"http://127.0.0.1:{self.llm_port}/v1",
+            "IAC_CODE_API_KEY": "sk-fake-local-test",
+            "IACCODE_A2A_ALLOWED_CWDS": self.ws,
+            "IAC_CODE_AGUI_ALLOWED_CWDS": self.ws,
+            "DISABLE_TELEMETRY": "1",
+            "IAC_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            "PYTHONUNBUFFERED": "1",
+        })
+
+    def cwd(self, name: str) -> str:
+        path = os.path.join(self.ws, name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def start_llm(self):
+        child = start_child("fake-llm", [sys.executable, os.path.join(HERE, "fake_llm.py"),
+                                         "--port", str(self.llm_port),
+                                         "--log", os.path.join(self.logs, "llm-requests.jsonl")],
+                            self.base_env, self.tmp, self.logs)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                status, _ = http_json(self.llm_port, "GET", "/v1/models", timeout=2)
+                if status == 200:
+                    return child
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("fake LLM did not start:\n" + child.tail())
+
+    def start_kernel(self):
+        iac = os.path.join(self.args.venv, "bin", "iac-code")
+        child = start_child("kernel", [iac, "a2a", "--host", "127.0.0.1", "--port",
+                                       str(self.kernel_port), "--thinking-exposure", "all"],
+                            self.base_env, self.tmp, self.logs)
+        started = time.monotonic()
+        body = wait_health(self.kernel_port, child, timeout=60)
+        log(f"kernel ready in {time.monotonic() - started:.1f}s: {body}")
+        self.kernel = child
+        return child
+
+    def start_ours(self):
+        child = start_child("adapter", [self.args.adapter, "--host", "127.0.0.1", "--port",
+                                        str(self.ours_port), "--a2a-url",
+                                        f"http://127.0.0.1:{self.kernel_port}",
+                                        "--state-dir", self.state_ours],
+                            self.base_env, self.tmp, self.logs)
+        body = wait_health(self.ours_port, child, timeout=20)
+        self.ours = child
+        return body
+
+    def start_reference(self):
+        iac = os.path.join(self.args.venv, "bin", "iac-code")
+        child = start_child("reference", [iac, "agui", "--host", "127.0.0.1", "--port",
+                                          str(self.ref_port), "--a2a-url",
+                                          f"http://127.0.0.1:{self.kernel_port}",
+                                          "--state-dir", self.state_ref],
+                            self.base_env, self.tmp, self.logs)
+        body = wait_health(self.ref_port, child, timeout=60)
+        return child, body
+
+
+def ids(prefix: str):
+    return f"{prefix}-{uuid.uuid4()}", f"run-{uuid.uuid4()}", f"inv-{uuid.uuid4().hex[:12]}"
+
+
+def text_prompt(cwd: str) -> str:
+    return f"Describe a VPC template. [[cwd={cwd}]]"
+
+
+def write_prompt(cwd: str) -> str:
+    return f"Please write hello.txt in the workspace. [[cwd={cwd}]]"
+
+
+def check_run_envelope(sc, st: Stream, thread: str, run: str, what: str) -> None:
+    sc.require(st.status == 200 and st.is_sse,
+               f"{what}: expected an SSE stream, got {st.summary()}")
+    sc.expect(not st.bad_frames, f"{what}: frames that are not JSON: {st.bad_frames[:2]}")
+    sc.require(st.events, f"{what}: empty stream")
+    first = st.events[0]
+    sc.expect(first.get("type") == "RUN_STARTED", f"{what}: first event is {first.get('type')}, "
+                                                  "expected RUN_STARTED")
+    sc.expect(first.get("threadId") == thread and first.get("runId") == run,
+              f"{what}: RUN_STARTED ids {first.get('threadId')}/{first.get('runId')}, "
+              f"expected {thread}/{run}")
+    sc.require(st.terminal is not None,
+               f"{what}: stream ended without RUN_FINISHED/RUN_ERROR: {st.summary()}")
+    sc.expect([e.get("type") for e in st.events].count("RUN_STARTED") == 1,
+              f"{what}: more than one RUN_STARTED")
+    term = st.terminal
+    if term.get("type") == "RUN_FINISHED":
+        sc.expect(term.get("threadId") == thread and term.get("runId") == run,
+                  f"{what}: RUN_FINISHED ids {term.get('threadId')}/{term.get('runId')}, "
+                  f"expected {thread}/{run}")
+    sc.expect(st.closed_after_terminal is not False,
+              f"{what}: the server kept the stream open for 10s after {term.get('type')}")
+    sess = st.session()
+    sc.expect(st.events[1:2] and st.events[1].get("type") == "CUSTOM"
+              and st.events[1].get("name") == SESSION_EVENT,
+              f"{what}: second event is not CUSTOM {SESSION_EVENT}: {compact_tokens(st.events[:3])}")
+    for key in ("schemaVersion", "threadId", "aguiRunId", "executionId", "contextId", "taskId",
+                "rosInvocationId", "sessionId"):
+        sc.expect(sess.get(key) not in (None, ""), f"{what}: {SESSION_EVENT}.value.{key} missing")
+    sc.expect(sess.get("threadId") == thread and sess.get("aguiRunId") == run,
+              f"{what}: {SESSION_EVENT} threadId/aguiRunId {sess.get('threadId')}/"
+              f"{sess.get('aguiRunId')}, expected {thread}/{run}")
+
+
+def check_text_message(sc, st: Stream, expected_text: str, what: str) -> None:
+    starts, ends = st.all("TEXT_MESSAGE_START"), st.all("TEXT_MESSAGE_END")
+    sc.expect(len(starts) == 1 and len(ends) == 1,
+              f"{what}: expected one TEXT_MESSAGE_START/END pair, got {len(starts)}/{len(ends)}")
+    if starts:
+        mid = starts[0].get("messageId")
+        sc.expect(starts[0].get("role") == "assistant",
+                  f"{what}: TEXT_MESSAGE_START.role {starts[0].get('role')!r}")
+        text = "".join(e.get("delta", "") for e in st.all("TEXT_MESSAGE_CONTENT")
+                       if e.get("messageId") == mid)
+        sc.expect(text.strip() == expected_text,
+                  f"{what}: assistant text {text.strip()!r}, expected {expected_text!r}")
+        sc.expect(all(e.get("messageId") == mid for e in st.all("TEXT_MESSAGE_CONTENT") + ends),
+                  f"{what}: TEXT_MESSAGE_* events with different messageIds")
+
+
+def standard_shape(st: Stream) -> list:
+    return compact_tokens(st.events, standard_only=True)
+
+
+def scenario_a(sc: Scenario, env: Env, port: int, tag: str):
+    thread, run, ros = ids(f"{tag}-a")
+    cwd = env.cwd(f"{tag}-a")
+    st = post_run(port, run_input(thread, run, ros, cwd, text_prompt(cwd)), f"{tag}/a/run1")
+    sc.stream = st
+    check_run_envelope(sc, st, thread, run, "turn 1")
+    shape = standard_shape(st)
+    expected = ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT*", "TEXT_MESSAGE_END",
+                "RUN_FINISHED(success)"]
+    got = [re.sub(r"\*\d+$", "*", t) for t in shape]
+    got = [t if t != "TEXT_MESSAGE_CONTENT" else "TEXT_MESSAGE_CONTENT*" for t in got]
+    sc.expect(got == expected, f"turn 1: standard events {shape}, expected {expected}")
+    sc.expect(st.outcome_type() == "success", f"turn 1: outcome {st.outcome_type()}, "
+                                              f"terminal {json.dumps(st.terminal)[:300]}")
+    check_text_message(sc, st, LLM_TEXT, "turn 1")
+    usage = (st.terminal or {}).get("usage")
+    if usage is not None:
+        sc.expect(isinstance(usage, list) and all(
+            isinstance(u.get(k), int) for u in usage for k in ("inputTokens", "outputTokens")
+            if k in u), f"turn 1: RUN_FINISHED.usage counts are not integers: {usage}")
+    if tag != "ours":
+        return
+    # a second turn on the same thread: new run, new rosInvocationId, same session
+    run2, ros2 = f"run-{uuid.uuid4()}", f"inv-{uuid.uuid4().hex[:12]}"
+    st2 = post_run(port, run_input(thread, run2, ros2, cwd, text_prompt(cwd)), f"{tag}/a/run2")
+    check_run_envelope(sc, st2, thread, run2, "turn 2")
+    sc.expect(st2.outcome_type() == "success", f"turn 2: outcome {st2.outcome_type()}")
+    check_text_message(sc, st2, LLM_TEXT, "turn 2")
+    s1, s2 = st.session(), st2.session()
+    sc.expect(s1.get("sessionId") == s2.get("sessionId"),
+              f"turn 2: sessionId changed {s1.get('sessionId')} -> {s2.get('sessionId')}")
+    sc.expect(s1.get("contextId") == s2.get("contextId"),
+              f"turn 2: contextId changed {s1.get('contextId')} -> {s2.get('contextId')}")
+    sc.expect(s1.get("executionId") != s2.get("executionId"),
+              "turn 2: a new turn reused the executionId of the previous one")
+    sc.expect(s2.get("rosInvocationId") == ros2, "turn 2: rosInvocationId not the new one")
+
+
+def start_write_turn(sc: Scenario, port: int, thread: str, run: str, ros: str, cwd: str,
+                     label: str) -> tuple:
+    """Run 1 of a write scenario: tool call, then RUN_FINISHED with one permission interrupt."""
+    st = post_run(port, run_input(thread, run, ros, cwd, write_prompt(cwd)), label)
+    check_run_envelope(sc, st, thread, run, "run 1")
+    sc.require(st.outcome_type() == "interrupt",
+               f"run 1: expected RUN_FINISHED outcome interrupt, got {st.summary()}")
+    starts = st.all("TOOL_CALL_START")
+    sc.expect(len(starts) == 1 and starts[0].get("toolCallName") == "write_file",
+              f"run 1: expected one TOOL_CALL_START write_file, got {starts}")
+    call_id = starts[0].get("toolCallId") if starts else None
+    args = "".join(e.get("delta", "") for e in st.all("TOOL_CALL_ARGS")
+                   if e.get("toolCallId") == call_id)
+    try:
+        parsed = json.loads(args)
+    except ValueError:
+        parsed = None
+    sc.expect(isinstance(parsed, dict) and parsed.get("path") == os.path.join(cwd, "hello.txt"),
+              f"run 1: TOOL_CALL_ARGS {args!r} do not name {cwd}/hello.txt")
+    sc.expect(any(e.get("toolCallId") == call_id for e in st.all("TOOL_CALL_END")),
+              "run 1: no TOOL_CALL_END for the tool call")
+    intr = st.interrupts()
+    sc.require(len(intr) == 1, f"run 1: expected one interrupt, got {len(intr)}: {intr}")
+    it = intr[0]
+    sc.expect(isinstance(it.get("id"), str) and it.get("id"), "run 1: interrupt without id")
+    sc.expect(it.get("reason") == "tool_call", f"run 1: interrupt reason {it.get('reason')!r}")
+    sc.expect(it.get("toolCallId") == call_id,
+              f"run 1: interrupt toolCallId {it.get('toolCallId')!r}, expected {call_id!r}")
+    schema = it.get("responseSchema") or {}
+    enum = (((schema.get("properties") or {}).get("decision")) or {}).get("enum") or []
+    sc.expect("allow_once" in enum and "deny" in enum,
+              f"run 1: responseSchema decision enum {enum}")
+    meta = it.get("metadata") or {}
+    sc.expect(meta.get("kind") == "permission" and meta.get("toolName") == "write_file",
+              f"run 1: interrupt metadata kind/toolName {meta.get('kind')}/{meta.get('toolName')}")
+    sc.expect(not os.path.exists(os.path.join(cwd, "hello.txt")),
+              "run 1: hello.txt exists before any permission was given")
+    return st, it, call_id
+
+
+def resume_and_check_success(sc, port, thread, ros, cwd, it, call_id, decision, label, first,
+                             messages=None) -> Stream:
+    run2 = f"run-{uuid.uuid4()}"
+    st = post_run(port, run_input(thread, run2, ros, cwd, resume=answer(it["id"], decision),
+                                  messages=messages), label)
+    check_run_envelope(sc, st, thread, run2, "resume")
+    sc.expect(st.outcome_type() == "success", f"resume: expected RUN_FINISHED success, got "
+                                              f"{st.summary()} / {json.dumps(st.terminal)[:400]}")
+    s1, s2 = first.session(), st.session()
+    for key in ("executionId", "taskId", "contextId", "sessionId", "rosInvocationId"):
+        sc.expect(s1.get(key) == s2.get(key),
+                  f"resume: {SESSION_EVENT}.{key} {s2.get(key)} differs from run 1's {s1.get(key)}")
+    results = [e for e in st.all("TOOL_CALL_RESULT") if e.get("toolCallId") == call_id]
+    sc.expect(len(results) == 1, f"resume: expected one TOOL_CALL_RESULT for {call_id}, got "
+                                 f"{len(results)} ({compact_tokens(st.events)})")
+    check_text_message(sc, st, LLM_AFTER_TOOL, "resume")
+    return st
+
+
+def scenario_b(sc: Scenario, env: Env, port: int, tag: str):
+    thread, run, ros = ids(f"{tag}-b")
+    cwd = env.cwd(f"{tag}-b")
+    first, it, call_id = start_write_turn(sc, port, thread, run, ros, cwd, f"{tag}/b/run1")
+    sc.stream = first
+    st = resume_and_check_success(sc, port, thread, ros, cwd, it, call_id, "allow_once",
+                                  f"{tag}/b/resume", first)
+    sc.stream2 = st
+    target = os.path.join(cwd, "hello.txt")
+    sc.expect(os.path.isfile(target), f"after allow_once: {target} does not exist")
+    if os.path.isfile(target):
+        with open(target, encoding="utf-8") as fh:
+            content = fh.read()
+        sc.expect(content == "hello\n", f"after allow_once: hello.txt holds {content!r}")
+    results = [e for e in st.all("TOOL_CALL_RESULT") if e.get("toolCallId") == call_id]
+    if results:
+        sc.expect("Successfully wrote" in str(results[0].get("content")),
+                  f"resume: TOOL_CALL_RESULT content {results[0].get('content')!r}")
+    if tag == "ours":
+        # the same answer again: the interrupt was consumed
+        again = post_run(port, run_input(thread, f"run-{uuid.uuid4()}", ros, cwd,
+                                         resume=answer(it["id"], "allow_once")), f"{tag}/b/replay")
+        code = (again.terminal or {}).get("code") if again.is_sse else \
+            ((again.body or {}).get("error") or {}).get("code")
+        sc.note(f"replaying the applied resume answer gives "
+                f"{'RUN_ERROR' if again.is_sse else 'HTTP %s' % again.status} {code}")
+        sc.expect((again.is_sse and (again.terminal or {}).get("type") == "RUN_ERROR")
+                  or (not again.is_sse and again.status >= 400),
+                  f"replayed resume was not refused: {again.summary()}")
+
+
+def scenario_c(sc: Scenario, env: Env, port: int):
+    thread, run, ros = ids("ours-c")
+    cwd = env.cwd("ours-c")
+    first, it, call_id = start_write_turn(sc, port, thread, run, ros, cwd, "ours/c/run1")
+    st = resume_and_check_success(sc, port, thread, ros, cwd, it, call_id, "deny",
+                                  "ours/c/resume", first)
+    results = [e for e in st.all("TOOL_CALL_RESULT") if e.get("toolCallId") == call_id]
+    if results:
+        sc.note(f"denied tool result: {str(results[0].get('content'))[:160]!r}")
+    sc.expect(not os.path.exists(os.path.join(cwd, "hello.txt")),
+              "after deny: hello.txt exists")
+
+
+def scenario_d(sc: Scenario, env: Env, port: int):
+    thread, run, ros = ids("ours-d")
+    cwd = env.cwd("ours-d")
+    first, it, _ = start_write_turn(sc, port, thread, run, ros, cwd, "ours/d/run1")
+    execution = first.session().get("executionId")
+    sc.require(execution, "no executionId in iac-code.session.v1")
+    path = f"/extensions/iac-code/v1/executions/{execution}/cancel"
+    status, body = http_json(port, "POST", path, {"threadId": thread, "rosInvocationId": ros})
+    sc.note(f"cancel -> HTTP {status} {json.dumps(body)}")
+    sc.expect(status == 200 and isinstance(body, dict) and body.get("status") == "cancelled",
+              f"cancel: expected 200 {{\"status\":\"cancelled\"}}, got HTTP {status} {body}")
+    status2, body2 = http_json(port, "POST", path, {"threadId": thread, "rosInvocationId": ros})
+    sc.note(f"second cancel -> HTTP {status2} {json.dumps(body2)}")
+    sc.expect(status2 == 200 and isinstance(body2, dict)
+              and body2.get("status") == "already_terminal",
+              f"second cancel: expected 200 {{\"status\":\"already_terminal\"}}, got HTTP "
+              f"{status2} {body2}")
+    run2 = f"run-{uuid.uuid4()}"
+    st = post_run(port, run_input(thread, run2, ros, cwd, resume=answer(it["id"], "allow_once")),
+                  "ours/d/resume-after-cancel")
+    if st.is_sse:
+        term = st.terminal or {}
+        sc.note(f"resume after cancel -> SSE {compact_tokens(st.events)} "
+                f"code={term.get('code')!r} message={term.get('message')!r}")
+        sc.expect(term.get("type") == "RUN_ERROR",
+                  f"resume after cancel: expected RUN_ERROR or an HTTP error, got {st.summary()}")
+    else:
+        sc.note(f"resume after cancel -> HTTP {st.status} {json.dumps(st.body)}")
+        sc.expect(st.status >= 400, f"resume after cancel: HTTP {st.status} {st.body}")
+    sc.resume_result = st.summary()
+    time.sleep(0.5)
+    sc.expect(not os.path.exists(os.path.join(cwd, "hello.txt")),
+              "after cancel: hello.txt exists")
+    # the thread is usable again: a new turn with a new rosInvocationId succeeds
+    run3, ros3 = f"run-{uuid.uuid4()}", f"inv-{uuid.uuid4().hex[:12]}"
+    st3 = post_run(port, run_input(thread, run3, ros3, cwd, text_prompt(cwd)), "ours/d/next-turn")
+    if st3.is_sse and st3.outcome_type() == "success":
+        sc.note("a new turn on the cancelled thread succeeds")
+    else:
+        sc.note(f"a new turn on the cancelled thread -> {st3.summary()}")
+    check_run_envelope(sc, st3, thread, run3, "turn after cancel")
+    sc.expect(st3.outcome_type() == "success",
+              f"turn after cancel: expected success, got {st3.summary()}")
+
+
+def scenario_e(sc: Scenario, env: Env, port: int):
+    thread, run, ros = ids("ours-e")
+    cwd = env.cwd("ours-e")
+    first, it, call_id = start_write_turn(sc, port, thread, run, ros, cwd, "ours/e/run1")
+    old = env.ours
+    old.kill(signal.SIGKILL, grace=5)
+    sc.expect(not old.alive(), "the adapter survived SIGKILL")
+    CHILDREN.remove(old)
+    started = time.monotonic()
+    env.start_ours()
+    sc.note(f"adapter restarted (same state dir, same port) in {time.monotonic() - started:.2f}s")
+    files = os.listdir(os.path.join(env.state_ours, "threads")) \
+        if os.path.isdir(os.path.join(env.state_ours, "threads")) else []
+    sc.expect(files, f"no thread-state files under {env.state_ours}/threads")
+    resume_and_check_success(sc, port, thread, ros, cwd, it, call_id, "allow_once",
+                             "ours/e/resume-after-restart", first)
+    target = os.path.join(cwd, "hello.txt")
+    sc.expect(os.path.isfile(target), f"after restart + allow_once: {target} does not exist")
+
+
+# --------------------------------------------------------------------------------------------
+# f: validation with the ag-ui-protocol pydantic models (in a subprocess, so that the venv's
+#    0.1.20 and the 1.0.0 copy under $VENV/ag-ui-protocol-1.0.0 can both be used)
+# --------------------------------------------------------------------------------------------
+
+def validate_main(path: str) -> int:
+    """Subprocess entry: validates the JSON lines of `path`; prints one JSON report."""
+    import importlib.metadata as md
+    import ag_ui.core as core
+    from pydantic import BaseModel, ValidationError
+
+    classes = {}
+    for name in dir(core):
+        obj = getattr(core, name)
+        if isinstance(obj, type) and issubclass(obj, BaseModel) and "type" in obj.model_fields:
+            default = obj.model_fields["type"].default
+            value = getattr(default, "value", default)
+            if isinstance(value, str) and value.isupper() and name.endswith("Event"):
+                classes[value] = obj
+    report = {"version": md.version("ag-ui-protocol"), "module": core.__file__, "checked": 0,
+              "errors": [], "strict_errors": [], "types": sorted(classes)}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            item = json.loads(line)
+            raw = item["raw"]
+            report["checked"] += 1
+            etype = json.loads(raw).get("type")
+            cls = classes.get(etype)
+            if cls is None:
+                report["errors"].append({**item, "error": f"no model for type {etype!r}"})
+                continue
+            try:
+                cls.model_validate_json(raw)
+            except ValidationError as exc:
+                report["errors"].append({**item, "error": str(exc)})
+                continue
+            try:
+                cls.model_validate_json(raw, strict=True)
+            except ValidationError as exc:
+                report["strict_errors"].append({**item, "error": str(exc)})
+    print(json.dumps(report))
+    return 0
+
+
+def run_validator(env: Env, python_path) -> dict:
+    path = os.path.join(env.tmp, "events.jsonl")
+    with open(path, "w", encoding="utf-8") as fh:
+        for st in STREAMS:
+            for i, raw in enumerate(st.raw):
+                fh.write(json.dumps({"stream": st.label, "index": i, "raw": raw}) + "\n")
+    child_env = dict(os.environ)
+    child_env.pop("PYTHONPATH", None)
+    if python_path:
+        child_env["PYTHONPATH"] = python_path
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--validate-file", path],
+                         env=child_env, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"validator failed ({out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def scenario_f(sc: Scenario, env: Env):
+    validator_dir = os.path.join(env.args.venv, "ag-ui-protocol-1.0.0")
+    sc.require(os.path.isdir(os.path.join(validator_dir, "ag_ui")),
+               f"{validator_dir} missing: run setup.sh")
+    rep = run_validator(env, validator_dir)
+    sc.require(rep["version"] == "1.0.0", f"validator loaded ag-ui-protocol {rep['version']} "
+                                          f"from {rep['module']}, expected 1.0.0")
+    ours = [e for e in rep["errors"] if e["stream"].startswith("ours/")]
+    ref = [e for e in rep["errors"] if not e["stream"].startswith("ours/")]
+    n_ours = sum(len(s.raw) for s in STREAMS if s.label.startswith("ours/"))
+    sc.note(f"ag-ui-protocol {rep['version']}: {rep['checked']} events checked "
+            f"({n_ours} ours), {len(ours)} of ours invalid, {len(ref)} of the reference's invalid")
+    for e in ours[:10]:
+        sc.failures.append(f"{e['stream']}#{e['index']} {e['raw'][:200]}\n        "
+                           + e["error"].replace("\n", "\n        "))
+    for e in ref[:5]:
+        sc.note(f"reference event invalid under 1.0.0: {e['stream']}#{e['index']} "
+                f"{e['raw'][:160]} :: {e['error'].splitlines()[0:3]}")
+    strict = [e for e in rep["strict_errors"] if e["stream"].startswith("ours/")]
+    if strict:
+        sc.note(f"{len(strict)} of our events pass only in pydantic's lax mode, e.g. "
+                f"{strict[0]['stream']}#{strict[0]['index']}: {strict[0]['error'].splitlines()[:3]}")
+    # informational: the version the reference adapter itself is built on
+    try:
+        old = run_validator(env, None)
+        bad = [e for e in old["errors"] if e["stream"].startswith("ours/")]
+        sc.note(f"for information, ag-ui-protocol {old['version']} (the venv's, pinned by "
+                f"iac-code[agui]): {len(bad)} of our events invalid"
+                + (f", e.g. {bad[0]['raw'][:120]} :: {bad[0]['error'].splitlines()[:3]}"
+                   if bad else ""))
+    except Exception as exc:  # noqa: BLE001
+        sc.note(f"validation with the venv's ag-ui-protocol skipped: {exc}")
+
+
+# --------------------------------------------------------------------------------------------
+# g: the reference adapter
+# --------------------------------------------------------------------------------------------
+
+def key_paths(obj, prefix="") -> set:
+    """Field paths of a JSON value (list items merged as [])."""
+    out = set()
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            p = f"{prefix}.{k}" if prefix else k
+            out.add(p)
+            if k not in ("value", "raw_event", "rawEvent", "responseSchema"):
+                out |= key_paths(v, p)
+    elif isinstance(obj, list):
+        for v in obj:
+            out |= key_paths(v, prefix + "[]")
+    return out
+
+
+def compare(name: str, ours: Stream, ref: Stream) -> list:
+    """Prints the differences; returns the difference in standard event types (empty = same)."""
+    a, b = compact_tokens(ours.events), compact_tokens(ref.events)
+    if a == b:
+        log(f"  {name}: event-type sequences identical: {' '.join(a)}")
+    else:
+        log(f"  {name}: event-type sequences differ (- reference, + ours):")
+        for line in difflib.unified_diff(b, a, "reference", "ours", lineterm="", n=1):
+            log(f"      {line}")
+    by_type_ours, by_type_ref = {}, {}
+    for events, acc in ((ours.events, by_type_ours), (ref.events, by_type_ref)):
+        for e in events:
+            t = e.get("type") if e.get("type") != "CUSTOM" else f"CUSTOM:{e.get('name')}"
+            acc.setdefault(t, set()).update(key_paths(e))
+    for t in sorted(set(by_type_ours) | set(by_type_ref)):
+        only_ours = sorted(by_type_ours.get(t, set()) - by_type_ref.get(t, set()))
+        only_ref = sorted(by_type_ref.get(t, set()) - by_type_ours.get(t, set()))
+        if only_ours or only_ref:
+            log(f"  {name}: {t} fields only in ours: {only_ours or '-'}; "
+                f"only in the reference: {only_ref or '-'}")
+    sa, sb = compact_tokens(ours.events, True), compact_tokens(ref.events, True)
+    fold = lambda ts: [re.sub(r"\*\d+$", "", t) for t in ts]  # noqa: E731 - repeat counts aside
+    return [] if fold(sa) == fold(sb) else list(difflib.unified_diff(fold(sb), fold(sa), lineterm=""))
+
+
+def scenario_g(sc: Scenario, env: Env, ours_a: Scenario, ours_b: Scenario):
+    iac = os.path.join(env.args.venv, "bin", "iac-code")
+    probe = subprocess.run([os.path.join(env.args.venv, "bin", "python"), "-c",
+                            "import iac_code.agui.app"], capture_output=True, timeout=60)
+    if not os.path.exists(iac) or probe.returncode != 0:
+        sc.status = "SKIP"
+        sc.note("the reference adapter (iac-code[agui]) is not installed")
+        return
+    _, health = env.start_reference()
+    sc.note(f"reference /health: {health}")
+    ra = execute(Scenario("a", "reference: text turn"), scenario_a, env, env.ref_port, "ref")
+    rb = execute(Scenario("b", "reference: write_file + allow_once"), scenario_b, env,
+                 env.ref_port, "ref")
+    for r in (ra, rb):
+        if r.status == "PASS":
+            sc.note(f"the reference adapter passes scenario {r.key}'s assertions too")
+        else:
+            sc.note(f"the reference adapter does NOT pass scenario {r.key}'s assertions: "
+                    + "; ".join(r.failures)[:800])
+    if getattr(ours_a, "stream", None) is not None and getattr(ra, "stream", None) is not None:
+        diff = compare("a", ours_a.stream, ra.stream)
+        sc.expect(not diff, "scenario a: the standard event types differ from the reference's: "
+                  + " | ".join(diff))
+    else:
+        sc.expect(False, "scenario a did not produce a stream to compare")
+    for attr, label in (("stream", "b run 1"), ("stream2", "b resume")):
+        o, r = getattr(ours_b, attr, None), getattr(rb, attr, None)
+        if o is not None and r is not None:
+            diff = compare(label, o, r)
+            if diff:
+                sc.note(f"{label}: standard event types differ (informational): {' | '.join(diff)}")
+        else:
+            sc.note(f"{label}: no stream to compare")
+
+
+# --------------------------------------------------------------------------------------------
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="iac-code-agui end-to-end test on the real kernel")
+    ap.add_argument("--venv", default=os.environ.get("VENV") or sys.prefix,
+                    help="the venv made by setup.sh (default: $VENV, else this python's prefix)")
+    ap.add_argument("--adapter", default=os.environ.get("AGUI_BIN")
+                    or os.path.join(ROOT, "target", "debug", "iac-code-agui"))
+    ap.add_argument("--timeout", type=float, default=float(os.environ.get("REAL_KERNEL_TIMEOUT",
+                                                                          "270")),
+                    help="global deadline in seconds (default 270)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--skip-reference", action="store_true")
+    ap.add_argument("--validate-file", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.validate_file:
+        return validate_main(args.validate_file)
+    args.venv = os.path.abspath(args.venv)
+
+    atexit.register(cleanup)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+
+    def on_timeout():
+        print(f"FAIL global timeout: the run exceeded {args.timeout:.0f}s", flush=True)
+        for child in CHILDREN:
+            print(f"--- {child.name} log tail:\n{child.tail(15)}", flush=True)
+        cleanup()
+        os._exit(3)
+
+    watchdog = threading.Timer(args.timeout, on_timeout)
+    watchdog.daemon = True
+    watchdog.start()
+
+    if not os.access(args.adapter, os.X_OK):
+        print(f"FAIL setup: adapter binary {args.adapter} missing (cargo build)", flush=True)
+        return 1
+    env = Env(args)
+    log(f"workdir {env.tmp}; adapter {args.adapter}; venv {args.venv}")
+    ok = False
+    try:
+        try:
+            env.start_llm()
+            env.start_kernel()
+            health = env.start_ours()
+            log(f"adapter /health: {health}")
+        except Exception as exc:  # noqa: BLE001
+            print(f"FAIL setup: {exc}", flush=True)
+            return 1
+        port = env.ours_port
+        sa = run_scenario("a", "text turn", scenario_a, env, port, "ours")
+        sb = run_scenario("b", "write_file -> interrupt -> allow_once", scenario_b, env, port, "ours")
+        run_scenario("c", "write_file -> interrupt -> deny", scenario_c, env, port)
+        run_scenario("d", "write_file -> interrupt -> cancel -> resume refused", scenario_d, env,
+                     port)
+        run_scenario("e", "interrupt -> SIGKILL adapter -> restart -> resume", scenario_e, env,
+                     port)
+        if args.skip_reference:
+            sg = Scenario("g", "reference adapter comparison")
+            sg.status = "SKIP"
+            RESULTS.append(sg)
+            print("SKIP g: reference adapter comparison (--skip-reference)", flush=True)
+        else:
+            run_scenario("g", "reference adapter comparison (a, b)", scenario_g, env, sa, sb)
+        run_scenario("f", "every event validates with ag-ui-protocol 1.0.0", scenario_f, env)
+        failed = [r for r in RESULTS if r.status == "FAIL"]
+        ok = not failed
+        if failed:
+            for child in CHILDREN:
+                print(f"--- {child.name} log tail ({child.log_path}):\n{child.tail(12)}", flush=True)
+        passed = sum(r.status == "PASS" for r in RESULTS)
+        skipped = sum(r.status == "SKIP" for r in RESULTS)
+        print(f"real-kernel: {passed} passed, {len(failed)} failed"
+              + (f", {skipped} skipped" if skipped else ""), flush=True)
+        log(f"total {time.monotonic() - T0:.1f}s")
+        return 0 if ok else 1
+    finally:
+        watchdog.cancel()
+        cleanup()
+        if args.keep or not ok:
+            print(f"kept {env.tmp}", flush=True)
+        else:
+            shutil.rmtree(env.tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
