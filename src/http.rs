@@ -242,8 +242,8 @@ fn bearer_matches(header: Option<&str>, token: &str) -> bool {
         .as_bytes();
     let expected = token.as_bytes();
     let mut diff = presented.len() ^ expected.len();
-    for i in 0..expected.len() {
-        diff |= (presented.get(i).copied().unwrap_or(0) ^ expected[i]) as usize;
+    for (i, e) in expected.iter().enumerate() {
+        diff |= (presented.get(i).copied().unwrap_or(0) ^ e) as usize;
     }
     diff == 0
 }

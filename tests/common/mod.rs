@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_iac-code-agui");
@@ -41,20 +41,11 @@ pub struct Adapter {
     port: u16,
 }
 
+#[derive(Default)]
 pub struct Options {
     pub args: Vec<String>,
     pub envs: Vec<(String, String)>,
     pub state_dir: Option<PathBuf>,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            args: vec![],
-            envs: vec![],
-            state_dir: None,
-        }
-    }
 }
 
 impl Adapter {

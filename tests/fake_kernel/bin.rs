@@ -13,6 +13,10 @@ fn main() {
             .and_then(|i| args.get(i + 1))
             .cloned()
     };
+    if value("--host").is_some_and(|h| h != "127.0.0.1" && h != "localhost") {
+        eprintln!("the fake kernel only binds loopback");
+        std::process::exit(2);
+    }
     let port = value("--port").and_then(|p| p.parse().ok()).unwrap_or(0);
     let kernel = fake::FakeKernel::start_on(port, value("--token"));
     println!("listening on {}", kernel.url);

@@ -376,7 +376,7 @@ fn rpc(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io::Result<()>
 }
 
 fn check_message(m: &Value) -> Result<(), &'static str> {
-    if !m["messageId"].as_str().is_some_and(|s| !s.is_empty()) {
+    if m["messageId"].as_str().is_none_or(str::is_empty) {
         return Err("message.messageId is required");
     }
     if m["role"] != "ROLE_USER" {

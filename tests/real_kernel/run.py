@@ -695,10 +695,10 @@ def scenario_c(sc: Scenario, env: Env, port: int):
               "after deny: hello.txt exists")
 
 
-def scenario_d(sc: Scenario, env: Env, port: int):
-    thread, run, ros = ids("ours-d")
-    cwd = env.cwd("ours-d")
-    first, it, _ = start_write_turn(sc, port, thread, run, ros, cwd, "ours/d/run1")
+def scenario_d(sc: Scenario, env: Env, port: int, tag: str = "ours"):
+    thread, run, ros = ids(f"{tag}-d")
+    cwd = env.cwd(f"{tag}-d")
+    first, it, _ = start_write_turn(sc, port, thread, run, ros, cwd, f"{tag}/d/run1")
     execution = first.session().get("executionId")
     sc.require(execution, "no executionId in iac-code.session.v1")
     path = f"/extensions/iac-code/v1/executions/{execution}/cancel"
@@ -714,7 +714,7 @@ def scenario_d(sc: Scenario, env: Env, port: int):
               f"{status2} {body2}")
     run2 = f"run-{uuid.uuid4()}"
     st = post_run(port, run_input(thread, run2, ros, cwd, resume=answer(it["id"], "allow_once")),
-                  "ours/d/resume-after-cancel")
+                  f"{tag}/d/resume-after-cancel")
     if st.is_sse:
         term = st.terminal or {}
         sc.note(f"resume after cancel -> SSE {compact_tokens(st.events)} "
@@ -730,7 +730,7 @@ def scenario_d(sc: Scenario, env: Env, port: int):
               "after cancel: hello.txt exists")
     # the thread is usable again: a new turn with a new rosInvocationId succeeds
     run3, ros3 = f"run-{uuid.uuid4()}", f"inv-{uuid.uuid4().hex[:12]}"
-    st3 = post_run(port, run_input(thread, run3, ros3, cwd, text_prompt(cwd)), "ours/d/next-turn")
+    st3 = post_run(port, run_input(thread, run3, ros3, cwd, text_prompt(cwd)), f"{tag}/d/next-turn")
     if st3.is_sse and st3.outcome_type() == "success":
         sc.note("a new turn on the cancelled thread succeeds")
     else:
@@ -932,6 +932,10 @@ def scenario_g(sc: Scenario, env: Env, ours_a: Scenario, ours_b: Scenario):
                 sc.note(f"{label}: standard event types differ (informational): {' | '.join(diff)}")
         else:
             sc.note(f"{label}: no stream to compare")
+    # informational: the reference adapter's answers in the cancel scenario
+    rd = execute(Scenario("d", "reference: cancel"), scenario_d, env, env.ref_port, "ref")
+    sc.note(f"reference adapter, scenario d: {rd.status}"
+            + (": " + "; ".join(rd.failures)[:600] if rd.failures else ""))
 
 
 # --------------------------------------------------------------------------------------------

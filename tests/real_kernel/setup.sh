@@ -10,7 +10,7 @@
 #                               a failure is reported and the comparison scenario is skipped)
 #   requirements-validator.txt  ag-ui-protocol==1.0.0 into $VENV/ag-ui-protocol-1.0.0 (--target),
 #                               because iac-code[agui] pins ag-ui-protocol==0.1.20 in the venv
-# A stamp file ($VENV/.real-kernel-stamp) holding the requirement files' digest makes a second
+# A stamp file ($VENV/.real-kernel-stamp) holding the digest of these files and this script makes a second
 # run a no-op; delete the venv (or change a requirements file) to reinstall.
 set -euo pipefail
 
@@ -22,7 +22,7 @@ VALIDATOR_DIR="$VENV/ag-ui-protocol-1.0.0"
 STAMP="$VENV/.real-kernel-stamp"
 
 digest="$(cat "$HERE/requirements.txt" "$HERE/requirements-reference.txt" \
-  "$HERE/requirements-validator.txt" | sha256sum | cut -d' ' -f1)"
+  "$HERE/requirements-validator.txt" "$HERE/setup.sh" | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$STAMP" && "$(head -n1 "$STAMP")" == "$digest" && -x "$VENV/bin/iac-code" ]] \
   && "$VENV/bin/python" -c 'import iac_code, a2a' >/dev/null 2>&1 \

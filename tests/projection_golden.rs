@@ -1,0 +1,148 @@
+//! Ground truth: the real kernel's recorded A2A streams fed through the projection (no sockets)
+//! give the reference adapter's recorded AG-UI streams, event by event, ids and timestamps aside.
+
+use iac_code_agui::error::Lang;
+use iac_code_agui::interrupts;
+use iac_code_agui::projection::{Durable, End, FinishAs, Projection, RunIds};
+use serde_json::{json, Value};
+
+fn data_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Drops what legitimately differs: timestamps and the values of id fields.
+fn strip(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .map(|e| {
+            let mut e = e.clone();
+            let o = e.as_object_mut().unwrap();
+            o.remove("timestamp");
+            for k in ["threadId", "runId", "messageId"] {
+                if o.contains_key(k) {
+                    o.insert(k.into(), json!("$id"));
+                }
+            }
+            if let Some(v) = o.get_mut("value").and_then(Value::as_object_mut) {
+                for k in [
+                    "threadId",
+                    "aguiRunId",
+                    "executionId",
+                    "contextId",
+                    "taskId",
+                    "sessionId",
+                ] {
+                    if v.contains_key(k) {
+                        v.insert(k.into(), json!("$id"));
+                    }
+                }
+            }
+            e
+        })
+        .collect()
+}
+
+fn project(
+    items: &[Value],
+    context: &str,
+    resume: Option<(&str, &str)>,
+) -> (Vec<Value>, Option<End>) {
+    let ids = RunIds {
+        thread_id: "t".into(),
+        run_id: "r".into(),
+        context_id: context.into(),
+        execution_id: "e".into(),
+        ros_invocation_id: "invocation-1".into(),
+        ..Default::default()
+    };
+    let mut p = Projection::new(ids, Lang::En).with_clock(|| 0);
+    if let Some((task, session)) = resume {
+        p = p.resuming(task, Some(session), Durable::default());
+    }
+    let mut out = vec![];
+    p.start(&mut out);
+    let mut end = None;
+    for item in items {
+        if let Some(e) = p.on_item(&item["result"], &mut out).unwrap() {
+            end = Some(e);
+            break;
+        }
+    }
+    let finish = match &end {
+        Some(End::Success) => FinishAs::Success,
+        Some(End::Interrupt(inputs)) => FinishAs::Interrupt(
+            inputs
+                .iter()
+                .map(|i| interrupts::to_interrupt(i, "2026-01-01T00:00:00Z", Lang::En))
+                .collect(),
+        ),
+        Some(End::Failed(e)) => FinishAs::Error(e.clone()),
+        None => panic!("stream without an end"),
+    };
+    p.finish(&finish, &mut out);
+    (out, end)
+}
+
+#[test]
+fn the_recorded_normal_turn_projects_to_the_recorded_agui_stream() {
+    let items = data_lines(include_str!("data/normal-turn.a2a.sse"));
+    let (ours, end) = project(&items, "bdd96997-fc99-4760-9d7c-64466b091e18", None);
+    assert_eq!(end, Some(End::Success));
+    let golden = data_lines(include_str!("data/normal-turn.agui.sse"));
+    assert_eq!(strip(&ours), strip(&golden));
+    // Message ids keep the kernel's message id, as the reference's do.
+    assert_eq!(
+        ours[2]["messageId"],
+        "88b24f14-1984-4a52-9ab9-b44c1ac2ba2d-message"
+    );
+}
+
+fn permission_streams() -> Vec<Vec<Value>> {
+    let mut streams: Vec<Vec<Value>> = vec![];
+    let mut in_stream = false;
+    for line in include_str!("data/permission-flow.a2a.jsonl").lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v["kind"] == "request" {
+            in_stream = v["body"]["method"] == "SendStreamingMessage";
+            if in_stream {
+                streams.push(vec![]);
+            }
+        } else if in_stream {
+            let data = v["line"].as_str().unwrap().strip_prefix("data: ").unwrap();
+            streams
+                .last_mut()
+                .unwrap()
+                .push(serde_json::from_str(data).unwrap());
+        }
+    }
+    streams
+}
+
+#[test]
+fn the_recorded_permission_flow_projects_to_the_recorded_interrupt_and_resume() {
+    let streams = permission_streams();
+    let ctx = "agui-58633450475f377504ca56b46b5a293d95591ee7";
+    let (run1, end) = project(&streams[0], ctx, None);
+    assert!(matches!(end, Some(End::Interrupt(_))));
+    let mut golden1 = data_lines(include_str!("data/permission-flow.run1.agui.sse"));
+    let last = golden1.last_mut().unwrap();
+    // The reference sets no expiry and copies the kernel's float schemaVersion; ours fixes both.
+    last["outcome"]["interrupts"][0]["expiresAt"] = json!("2026-01-01T00:00:00Z");
+    last["outcome"]["interrupts"][0]["metadata"]["schemaVersion"] = json!(1);
+    assert_eq!(strip(&run1), strip(&golden1));
+
+    let (run2, end) = project(
+        &streams[1],
+        ctx,
+        Some((
+            "07195cb1-be1b-4aa4-93c0-53feadfa81e7",
+            "9d08fcfb-85c7-4bb8-9ec3-024ec4a1b37d",
+        )),
+    );
+    assert_eq!(end, Some(End::Success));
+    let golden2 = data_lines(include_str!("data/permission-flow.run2-resume.agui.sse"));
+    assert_eq!(strip(&run2), strip(&golden2));
+}

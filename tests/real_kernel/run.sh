@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# End-to-end test of iac-code-agui against the real iac-code 0.16.0 kernel.
+#
+#   bash tests/real_kernel/run.sh [run.py options: --keep --skip-reference --timeout SECS]
+#
+#   VENV                 the test venv (default <repo>/target/real-kernel-venv), made by setup.sh
+#   AGUI_BIN             the adapter binary (default <repo>/target/debug/iac-code-agui; built
+#                        with `cargo build` when missing, or always with REAL_KERNEL_BUILD=1)
+#   REAL_KERNEL_TIMEOUT  run.py's global deadline in seconds (default 270)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+export VENV="${VENV:-$ROOT/target/real-kernel-venv}"
+
+bash "$HERE/setup.sh"
+
+if [[ -z "${AGUI_BIN:-}" ]]; then
+  AGUI_BIN="$ROOT/target/debug/iac-code-agui"
+  if [[ ! -x "$AGUI_BIN" || "${REAL_KERNEL_BUILD:-0}" == "1" ]]; then
+    echo "run.sh: cargo build"
+    (cd "$ROOT" && cargo build --bin iac-code-agui)
+  fi
+fi
+export AGUI_BIN
+
+exec timeout --kill-after=10 300 "$VENV/bin/python" "$HERE/run.py" --venv "$VENV" --adapter "$AGUI_BIN" "$@"
