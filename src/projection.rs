@@ -597,6 +597,8 @@ impl Projection {
         if self.tools.contains_key(id) {
             return;
         }
+        // Thinking ends where acting starts; overlapping spans only confuse renderers.
+        self.close_reasoning(out);
         let name = tool
             .get("name")
             .or_else(|| tool.get("toolName"))

@@ -645,6 +645,7 @@ fn play(
         }
         match step {
             Step::Item(v) => {
+                log_pipeline(state, vars, v);
                 emit(out, vars, v)?;
                 if let Some(st) = v
                     .pointer("/statusUpdate/status/state")
@@ -757,6 +758,26 @@ fn play(
         }
     }
     Ok(())
+}
+
+/// Streamed pipeline envelopes are also kept, as the kernel keeps them for recovery.
+fn log_pipeline(state: &State, vars: &Vars, item: &Value) {
+    let iac = item.pointer("/statusUpdate/metadata/iac_code");
+    let single = iac.and_then(|i| i.get("pipeline")).into_iter();
+    let batch = iac
+        .and_then(|i| i.pointer("/pipelineBatch/events"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    let mut tasks = state.tasks.lock().unwrap();
+    if let Some(t) = tasks.get_mut(&vars.task) {
+        for ev in batch.chain(single) {
+            let seq = ev["sequence"].as_u64();
+            if !t.pipeline.iter().any(|e| e["sequence"].as_u64() == seq) {
+                t.pipeline.push(subst(ev, vars));
+            }
+        }
+    }
 }
 
 fn pipeline_state(state: &State, conn: &TcpStream, query: &str) -> std::io::Result<()> {
@@ -973,6 +994,7 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
             Step::Raw(b"\n".to_vec()),
             done(),
         ],
+        "pipeline" => pipeline_flow(),
         n if n.starts_with("flood-") => {
             let count: usize = n["flood-".len()..].parse().ok()?;
             let mut s: Vec<Step> = (0..count).map(|i| working_text(&format!("t{i} "))).collect();
@@ -981,4 +1003,162 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
         }
         _ => return None,
     })
+}
+
+/// One pipeline envelope as the kernel streams it in `metadata.iac_code.pipeline`.
+pub fn pipe(event_type: &str, seq: u64, extra: Value) -> Value {
+    let mut env = json!({"eventType": event_type, "eventId": format!("ev-{seq}"), "sequence": seq,
+                         "pipelineRunId": "pr-1", "scope": "pipeline", "data": {}});
+    if let (Some(o), Some(e)) = (env.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            o.insert(k.clone(), v.clone());
+        }
+    }
+    env
+}
+
+fn pipe_step(event_type: &str, seq: u64, extra: Value) -> Step {
+    status(
+        "TASK_STATE_WORKING",
+        json!({"pipeline": pipe(event_type, seq, extra)}),
+        None,
+    )
+}
+
+fn pipe_batch(events: Vec<Value>) -> Step {
+    status(
+        "TASK_STATE_WORKING",
+        json!({"pipelineBatch": {"events": events}}),
+        None,
+    )
+}
+
+/// A selling-style pipeline: requirements, two parallel candidates, a selection, then a deploy
+/// step whose tool needs permission; events the client missed are only in the kernel's pipeline
+/// state; the resumed stream replays an old event and old text.
+pub fn pipeline_flow() -> Vec<Step> {
+    let c = |id: &str| json!({"candidate": {"id": id}, "scope": "candidate"});
+    let cs = |id: &str, step: &str| json!({"candidate": {"id": id}, "candidateStep": {"id": step}, "scope": "candidate"});
+    let run1 = vec![
+        pipe_step(
+            "pipeline_started",
+            1,
+            json!({"data": {"pipelineName": "selling"}}),
+        ),
+        pipe_step("step_started", 2, json!({"step": {"id": "requirements"}})),
+        pipe_step(
+            "text_delta",
+            3,
+            json!({"data": {"text": "Collecting requirements."}}),
+        ),
+        pipe_step("step_completed", 4, json!({"step": {"id": "requirements"}})),
+        pipe_step("step_started", 5, json!({"step": {"id": "candidates"}})),
+        pipe_step("sub_pipeline_started", 6, json!({"data": {"count": 2}})),
+        pipe_batch(vec![
+            pipe("candidate_started", 7, c("c1")),
+            pipe("candidate_started", 8, c("c2")),
+        ]),
+        pipe_batch(vec![
+            pipe("candidate_step_started", 9, cs("c1", "plan")),
+            pipe("candidate_step_started", 10, cs("c2", "plan")),
+        ]),
+        pipe_step("text_delta", 11, {
+            let mut v = cs("c1", "plan");
+            v["data"] = json!({"text": "Plan A: ECS"});
+            v
+        }),
+        pipe_step("text_delta", 12, {
+            let mut v = cs("c2", "plan");
+            v["data"] = json!({"text": "Plan B: ACK"});
+            v
+        }),
+        pipe_step("text_delta", 11, {
+            let mut v = cs("c1", "plan");
+            v["data"] = json!({"text": "Plan A: ECS"});
+            v
+        }),
+        pipe_step("text_delta", 13, {
+            let mut v = cs("c1", "plan");
+            v["data"] = json!({"text": " with SLB"});
+            v
+        }),
+        pipe_step(
+            "thinking_delta",
+            14,
+            json!({"data": {"text": "Comparing costs."}}),
+        ),
+        pipe_batch(vec![
+            pipe("candidate_step_completed", 15, cs("c1", "plan")),
+            pipe("candidate_step_completed", 16, cs("c2", "plan")),
+        ]),
+        pipe_batch(vec![
+            pipe("candidate_completed", 17, c("c1")),
+            pipe("candidate_completed", 18, c("c2")),
+        ]),
+        pipe_step("sub_pipeline_completed", 19, json!({})),
+        pipe_step(
+            "candidate_selected",
+            20,
+            json!({"data": {"candidateId": "c1"}}),
+        ),
+        pipe_step("step_completed", 21, json!({"step": {"id": "candidates"}})),
+        pipe_step("step_started", 22, json!({"step": {"id": "deploy"}})),
+        pipe_step(
+            "tool_started",
+            23,
+            json!({"step": {"id": "deploy"}, "data": {"toolUseId": "call_d", "toolName": "ros_stack", "input": {"action": "create"}}}),
+        ),
+        pipe_step(
+            "usage",
+            24,
+            json!({"data": {"provider": "openai", "model": "m", "inputTokens": 7, "outputTokens": 3, "totalTokens": 10}}),
+        ),
+        pipe_step("input_required", 25, json!({})),
+        pipe_step("backup_committed", 26, json!({})),
+        pipe_step("stack_progress", 27, json!({"data": {"percent": 10}})),
+        Step::PipelineLog(pipe("stack_progress", 28, json!({"data": {"percent": 20}}))),
+    ];
+    let mut envelope = permission_envelope("permission-deploy", "call_d");
+    envelope["toolName"] = json!("ros_stack");
+    envelope["scope"] = json!("pipeline");
+    let after_allow = vec![
+        status(
+            "TASK_STATE_WORKING",
+            json!({}),
+            Some("Collecting requirements."),
+        ),
+        pipe_step("stack_progress", 27, json!({"data": {"percent": 10}})),
+        pipe_step("input_received", 29, json!({"step": {"id": "deploy"}})),
+        pipe_step(
+            "tool_result",
+            30,
+            json!({"data": {"toolUseId": "call_d", "result": "stack created"}}),
+        ),
+        pipe_step("text_delta", 31, json!({"data": {"text": "Deployed."}})),
+        pipe_step("step_completed", 32, json!({"step": {"id": "deploy"}})),
+        pipe_step("pipeline_completed", 33, json!({})),
+        done(),
+    ];
+    let after_deny = vec![
+        pipe_step(
+            "tool_result",
+            29,
+            json!({"data": {"toolUseId": "call_d", "result": "denied", "isError": true}}),
+        ),
+        pipe_step("step_failed", 30, json!({"step": {"id": "deploy"}})),
+        pipe_step(
+            "pipeline_error",
+            31,
+            json!({"data": {"message": "Deployment was not approved."}}),
+        ),
+        done(),
+    ];
+    let mut s = run1;
+    s.push(Step::Input {
+        envelope,
+        allow: after_allow,
+        deny: after_deny,
+        answer: vec![],
+    });
+    s
 }

@@ -107,12 +107,16 @@ class Child:
 
 
 CHILDREN: list = []
-_cleaned = threading.Lock()
+_children_lock = threading.Lock()   # start_child and cleanup never interleave
+_closing = False
 
 
 def cleanup() -> None:
-    if not _cleaned.acquire(blocking=False):
-        return
+    global _closing
+    with _children_lock:
+        if _closing:
+            return
+        _closing = True
     for child in reversed(CHILDREN):
         child.kill(signal.SIGTERM, grace=3.0)
 
@@ -124,8 +128,11 @@ def _on_signal(signum, _frame):
 
 
 def start_child(name, argv, env, cwd, log_dir) -> Child:
-    child = Child(name, argv, env, cwd, os.path.join(log_dir, f"{name}.log"))
-    CHILDREN.append(child)
+    with _children_lock:
+        if _closing:
+            raise RuntimeError(f"not starting {name}: shutting down")
+        child = Child(name, argv, env, cwd, os.path.join(log_dir, f"{name}.log"))
+        CHILDREN.append(child)
     return child
 
 
@@ -717,14 +724,15 @@ def scenario_d(sc: Scenario, env: Env, port: int, tag: str = "ours"):
                   f"{tag}/d/resume-after-cancel")
     if st.is_sse:
         term = st.terminal or {}
+        sc.resume_after_cancel = f"{term.get('type')} {term.get('code')}"
         sc.note(f"resume after cancel -> SSE {compact_tokens(st.events)} "
                 f"code={term.get('code')!r} message={term.get('message')!r}")
         sc.expect(term.get("type") == "RUN_ERROR",
                   f"resume after cancel: expected RUN_ERROR or an HTTP error, got {st.summary()}")
     else:
+        sc.resume_after_cancel = f"HTTP {st.status} {((st.body or {}).get('error') or {}).get('code')}"
         sc.note(f"resume after cancel -> HTTP {st.status} {json.dumps(st.body)}")
         sc.expect(st.status >= 400, f"resume after cancel: HTTP {st.status} {st.body}")
-    sc.resume_result = st.summary()
     time.sleep(0.5)
     sc.expect(not os.path.exists(os.path.join(cwd, "hello.txt")),
               "after cancel: hello.txt exists")
@@ -754,8 +762,14 @@ def scenario_e(sc: Scenario, env: Env, port: int):
     files = os.listdir(os.path.join(env.state_ours, "threads")) \
         if os.path.isdir(os.path.join(env.state_ours, "threads")) else []
     sc.expect(files, f"no thread-state files under {env.state_ours}/threads")
+    # this resume carries the conversation so far, as @ag-ui/client's runAgent() sends it
+    args = "".join(e.get("delta", "") for e in first.all("TOOL_CALL_ARGS"))
+    history = [{"id": "msg-e-user", "role": "user", "content": write_prompt(cwd)},
+               {"id": "msg-e-assistant", "role": "assistant",
+                "toolCalls": [{"id": call_id, "type": "function",
+                               "function": {"name": "write_file", "arguments": args}}]}]
     resume_and_check_success(sc, port, thread, ros, cwd, it, call_id, "allow_once",
-                             "ours/e/resume-after-restart", first)
+                             "ours/e/resume-after-restart", first, messages=history)
     target = os.path.join(cwd, "hello.txt")
     sc.expect(os.path.isfile(target), f"after restart + allow_once: {target} does not exist")
 
@@ -866,7 +880,7 @@ def key_paths(obj, prefix="") -> set:
         for k, v in obj.items():
             p = f"{prefix}.{k}" if prefix else k
             out.add(p)
-            if k not in ("value", "raw_event", "rawEvent", "responseSchema"):
+            if k not in ("raw_event", "rawEvent", "responseSchema"):
                 out |= key_paths(v, p)
     elif isinstance(obj, list):
         for v in obj:
@@ -899,7 +913,7 @@ def compare(name: str, ours: Stream, ref: Stream) -> list:
     return [] if fold(sa) == fold(sb) else list(difflib.unified_diff(fold(sb), fold(sa), lineterm=""))
 
 
-def scenario_g(sc: Scenario, env: Env, ours_a: Scenario, ours_b: Scenario):
+def scenario_g(sc: Scenario, env: Env, ours_a: Scenario, ours_b: Scenario, ours_d: Scenario):
     iac = os.path.join(env.args.venv, "bin", "iac-code")
     probe = subprocess.run([os.path.join(env.args.venv, "bin", "python"), "-c",
                             "import iac_code.agui.app"], capture_output=True, timeout=60)
@@ -909,8 +923,8 @@ def scenario_g(sc: Scenario, env: Env, ours_a: Scenario, ours_b: Scenario):
         return
     _, health = env.start_reference()
     sc.note(f"reference /health: {health}")
-    ra = execute(Scenario("a", "reference: text turn"), scenario_a, env, env.ref_port, "ref")
-    rb = execute(Scenario("b", "reference: write_file + allow_once"), scenario_b, env,
+    ra = execute(Scenario("ref.a", "reference: text turn"), scenario_a, env, env.ref_port, "ref")
+    rb = execute(Scenario("ref.b", "reference: write_file + allow_once"), scenario_b, env,
                  env.ref_port, "ref")
     for r in (ra, rb):
         if r.status == "PASS":
@@ -933,9 +947,12 @@ def scenario_g(sc: Scenario, env: Env, ours_a: Scenario, ours_b: Scenario):
         else:
             sc.note(f"{label}: no stream to compare")
     # informational: the reference adapter's answers in the cancel scenario
-    rd = execute(Scenario("d", "reference: cancel"), scenario_d, env, env.ref_port, "ref")
+    rd = execute(Scenario("ref.d", "reference: cancel"), scenario_d, env, env.ref_port, "ref")
     sc.note(f"reference adapter, scenario d: {rd.status}"
             + (": " + "; ".join(rd.failures)[:600] if rd.failures else ""))
+    mine, theirs = getattr(ours_d, "resume_after_cancel", None), getattr(rd, "resume_after_cancel", None)
+    sc.note(f"d: resume after cancel: ours {mine}, reference {theirs}"
+            + ("" if mine == theirs else "  <-- differs (informational)"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -991,8 +1008,8 @@ def main() -> int:
         sa = run_scenario("a", "text turn", scenario_a, env, port, "ours")
         sb = run_scenario("b", "write_file -> interrupt -> allow_once", scenario_b, env, port, "ours")
         run_scenario("c", "write_file -> interrupt -> deny", scenario_c, env, port)
-        run_scenario("d", "write_file -> interrupt -> cancel -> resume refused", scenario_d, env,
-                     port)
+        sd = run_scenario("d", "write_file -> interrupt -> cancel -> resume refused", scenario_d,
+                          env, port)
         run_scenario("e", "interrupt -> SIGKILL adapter -> restart -> resume", scenario_e, env,
                      port)
         if args.skip_reference:
@@ -1001,7 +1018,7 @@ def main() -> int:
             RESULTS.append(sg)
             print("SKIP g: reference adapter comparison (--skip-reference)", flush=True)
         else:
-            run_scenario("g", "reference adapter comparison (a, b)", scenario_g, env, sa, sb)
+            run_scenario("g", "reference adapter comparison (a, b)", scenario_g, env, sa, sb, sd)
         run_scenario("f", "every event validates with ag-ui-protocol 1.0.0", scenario_f, env)
         failed = [r for r in RESULTS if r.status == "FAIL"]
         ok = not failed
