@@ -46,6 +46,7 @@ fn main() {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
+    raise_fd_limit();
     let server = match tiny_http::Server::http((config.host.as_str(), config.port)) {
         Ok(s) => Arc::new(s),
         Err(e) => {
@@ -93,5 +94,18 @@ fn main() {
     log::info!("stopping");
     if let Some(k) = managed {
         k.stop();
+    }
+}
+
+/// Each SSE run holds two sockets (client and upstream); the default soft limit of 1024 open files
+/// would cap us near 500 concurrent runs, so take the hard limit.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
     }
 }

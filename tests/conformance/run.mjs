@@ -19,14 +19,10 @@
 
 import http from "node:http";
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { HttpAgent } from "@ag-ui/client";
 import { EventType } from "@ag-ui/core";
 import { EventSchemas } from "@ag-ui/core/schemas";
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
 const BASE = (process.env.AGUI_URL || "").replace(/\/+$/, "");
 const CWD = process.env.AGUI_CWD || "";
 const HEARTBEAT_INTERVAL_S = Number(process.env.AGUI_HEARTBEAT_INTERVAL || "0.2");
@@ -603,18 +599,11 @@ async function scTools() {
   return { runs: [r], notes: `customs ${names.join(", ")}` };
 }
 
-// 8. Pipeline flow. Placeholder until the fake kernel has `scenario:pipeline`: enabled
-// automatically when tests/fake_kernel/mod.rs has a "pipeline" scenario arm, or forced with
-// AGUI_CONFORMANCE_PIPELINE=1 (=0 disables it).
-function pipelineAvailable() {
-  if (process.env.AGUI_CONFORMANCE_PIPELINE === "1") return true;
-  if (process.env.AGUI_CONFORMANCE_PIPELINE === "0") return false;
-  try {
-    const src = readFileSync(path.join(HERE, "..", "fake_kernel", "mod.rs"), "utf8");
-    return /"pipeline"\s*(=>|\|)/.test(src);
-  } catch {
-    return false;
-  }
+// 8. Pipeline flow (the fake kernel's `scenario:pipeline`, a selling-style pipeline whose deploy
+// step needs permission). It started as a placeholder while that scenario was being written; set
+// AGUI_CONFORMANCE_PIPELINE=0 to skip it against a kernel without one.
+function pipelineEnabled() {
+  return process.env.AGUI_CONFORMANCE_PIPELINE !== "0";
 }
 
 /** A payload a responseSchema admits, picked from its enums / the interrupt's options. */
@@ -635,29 +624,49 @@ function autoPayload(interrupt) {
   return payload;
 }
 
-async function scPipeline() {
-  const agent = newAgent(`conf-pipeline-${randomUUID()}`);
+/**
+ * `scenario:pipeline` in pipeline run mode, answering every interrupt until the flow ends.
+ * `answer` is "resolved" (payload picked from each responseSchema: allow_once for permissions) or
+ * "cancelled" (the adapter denies the deploy permission; the pipeline then reports pipeline_error).
+ */
+async function pipelineFlow(answer) {
+  const agent = newAgent(`conf-pipeline-${answer}-${randomUUID()}`);
   addUser(agent, "scenario:pipeline");
-  const props = forwardedProps("inv-pipeline-1", { runMode: "pipeline" });
+  const props = forwardedProps(`inv-pipeline-${answer}`, { runMode: "pipeline" });
   const runs = [];
   let r = await run(agent, { forwardedProps: props });
   runs.push(r);
   for (let round = 0; round < 6 && agent.pendingInterrupts.length && r.problems.length === 0; round++) {
-    const resume = agent.pendingInterrupts.map((i) => ({ interruptId: i.id, status: "resolved", payload: autoPayload(i) }));
+    const resume = agent.pendingInterrupts.map((i) =>
+      answer === "cancelled"
+        ? { interruptId: i.id, status: "cancelled" }
+        : { interruptId: i.id, status: "resolved", payload: autoPayload(i) },
+    );
     r = await run(agent, { forwardedProps: props, resume });
     runs.push(r);
   }
+  expect(runs[0], runs.length >= 2, "the pipeline never interrupted (expected a deploy permission)");
+  // A run's RUN_FINISHED is not the pipeline's end: the pipeline's own outcome is a CUSTOM event.
   expectSuccess(r);
   const all = runs.flatMap((x) => x.raw);
   const steps = all.filter((e) => e.type === EventType.STEP_STARTED).length;
   const pipelineEvents = all.filter((e) => e.type === EventType.CUSTOM && e.name === "iac-code.pipeline.v1");
+  const kinds = pipelineEvents.map((e) => e.value?.eventType);
   expect(r, steps > 0, "no STEP_STARTED in the whole flow");
-  expect(r, pipelineEvents.length > 0, "no CUSTOM iac-code.pipeline.v1 in the whole flow");
+  expect(r, kinds.includes("pipeline_started"), "no pipeline_started event");
+  const terminal = answer === "cancelled" ? "pipeline_error" : "pipeline_completed";
+  const other = answer === "cancelled" ? "pipeline_completed" : "pipeline_error";
+  expect(r, r.raw.some((e) => e.type === EventType.CUSTOM && e.value?.eventType === terminal), `last run has no ${terminal}`);
+  expect(r, !kinds.includes(other), `unexpected ${other}`);
+  const replayed = pipelineEvents.map((e) => e.value?.eventId).filter((id, i, a) => id && a.indexOf(id) !== i);
   return {
     runs,
-    notes: `${runs.length} runs, ${steps} STEP_STARTED, pipeline events ${[...new Set(pipelineEvents.map((e) => e.value?.eventType))].join(",")}`,
+    notes: `${runs.length} runs, ${steps} STEP_STARTED, pipeline events ${[...new Set(kinds)].join(",")}${replayed.length ? `; replayed eventIds ${replayed}` : ""}`,
   };
 }
+
+const scPipeline = () => pipelineFlow("resolved");
+const scPipelineDenied = () => pipelineFlow("cancelled");
 
 // ---- self-check: the harness must reject a broken stream ------------------------------------
 
@@ -733,6 +742,52 @@ function startCannedServer() {
   });
 }
 
+/**
+ * A pass-through to the real adapter that deletes every event of type `dropType` from the SSE
+ * stream: the adapter's own output, made non-conformant in one known way.
+ */
+function startDroppingProxy(dropType) {
+  return new Promise((resolve) => {
+    const server = http.createServer((req, res) => {
+      let body = "";
+      req.on("data", (c) => (body += c));
+      req.on("end", async () => {
+        try {
+          const up = await fetch(BASE + "/", {
+            method: "POST",
+            headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+            body,
+          });
+          res.writeHead(up.status, { "Content-Type": up.headers.get("content-type") || "text/event-stream" });
+          const decoder = new TextDecoder();
+          let buf = "";
+          const pass = (frame) => {
+            const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+            let type;
+            try {
+              type = data ? JSON.parse(data).type : undefined;
+            } catch {
+              type = undefined;
+            }
+            if (type !== dropType) res.write(frame + "\n\n");
+          };
+          for await (const chunk of up.body) {
+            buf += decoder.decode(chunk, { stream: true });
+            const frames = buf.split("\n\n");
+            buf = frames.pop();
+            frames.forEach(pass);
+          }
+          if (buf) pass(buf);
+          res.end();
+        } catch (e) {
+          res.destroy(e);
+        }
+      });
+    });
+    server.listen(0, "127.0.0.1", () => resolve(server));
+  });
+}
+
 async function scSelfCheck() {
   const server = await startCannedServer();
   const url = `http://127.0.0.1:${server.address().port}`;
@@ -755,6 +810,19 @@ async function scSelfCheck() {
       else if (r.problems.length === 0) failures.push(`${name}: not flagged by the suite`);
       else summary.push(`${name}: ${want === "client" ? "client rejected: " + short(errMsg(r.thrown || r.runFailed), 90) : "harness: " + short(r.problems[0], 90)}`);
     }
+    // The real adapter's normal turn with TEXT_MESSAGE_END removed on the way to the client.
+    const proxy = await startDroppingProxy(EventType.TEXT_MESSAGE_END);
+    try {
+      const agent = newAgent(`selfcheck-proxy-${randomUUID()}`, `http://127.0.0.1:${proxy.address().port}/`);
+      addUser(agent, "Create a VPC template");
+      const r = await run(agent, { forwardedProps: forwardedProps("inv-selfcheck-proxy") });
+      const err = r.thrown || r.runFailed;
+      if (!err) failures.push(`adapter stream without TEXT_MESSAGE_END: the client accepted it (problems: ${r.problems.join("; ") || "none"})`);
+      else if (r.raw.some((e) => e.type === EventType.TEXT_MESSAGE_END)) failures.push("proxy did not drop TEXT_MESSAGE_END");
+      else summary.push(`adapter stream minus TEXT_MESSAGE_END: client rejected: ${short(errMsg(err), 90)}`);
+    } finally {
+      proxy.close();
+    }
   } finally {
     server.close();
   }
@@ -772,12 +840,8 @@ const SCENARIOS = [
   { name: "5 question interrupt cancelled -> RUN_ERROR CANCELLED", fn: scQuestionCancelled },
   { name: "6 upstream failure -> RUN_ERROR A2A_EXECUTION_FAILED", fn: scFail },
   { name: "7 heartbeat-only stretch", fn: scSilent },
-  {
-    name: "8 pipeline flow",
-    fn: scPipeline,
-    enabled: pipelineAvailable,
-    skip: "placeholder: the fake kernel has no `scenario:pipeline` yet (auto-enabled once tests/fake_kernel/mod.rs has one; force with AGUI_CONFORMANCE_PIPELINE=1)",
-  },
+  { name: "8 pipeline flow, deploy allowed", fn: scPipeline, enabled: pipelineEnabled, skip: "AGUI_CONFORMANCE_PIPELINE=0" },
+  { name: "8b pipeline flow, deploy permission cancelled", fn: scPipelineDenied, enabled: pipelineEnabled, skip: "AGUI_CONFORMANCE_PIPELINE=0" },
   { name: "9a reasoning events", fn: scReasoning },
   { name: "9b tool-call and artifact events", fn: scTools },
   { name: "self-check: broken stream is rejected", fn: scSelfCheck },

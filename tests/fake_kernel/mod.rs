@@ -586,6 +586,11 @@ struct Vars {
 
 fn subst(v: &Value, vars: &Vars) -> Value {
     match v {
+        Value::String(s) if s.contains("$NOW") => {
+            // Microseconds since the epoch at emit time, for latency measurements.
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+            subst(&Value::String(s.replace("$NOW", &now.to_string())), vars)
+        }
         Value::String(s) => Value::String(
             s.replace("$TASK", &vars.task)
                 .replace("$CTX", &vars.ctx)

@@ -7,13 +7,15 @@
 #   AGUI_BIN             the adapter binary (default <repo>/target/debug/iac-code-agui; built
 #                        with `cargo build` when missing, or always with REAL_KERNEL_BUILD=1)
 #   REAL_KERNEL_TIMEOUT  run.py's global deadline in seconds (default 270)
+#   REAL_KERNEL_SETUP_TIMEOUT  deadline of setup.sh in seconds (default 240)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 export VENV="${VENV:-$ROOT/target/real-kernel-venv}"
 
-bash "$HERE/setup.sh"
+# pip has no overall deadline of its own: bound the (first-time) install
+timeout --kill-after=10 "${REAL_KERNEL_SETUP_TIMEOUT:-240}" bash "$HERE/setup.sh"
 
 if [[ -z "${AGUI_BIN:-}" ]]; then
   AGUI_BIN="$ROOT/target/debug/iac-code-agui"
