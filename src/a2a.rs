@@ -341,6 +341,14 @@ fn transport(e: ureq::Error) -> Error {
 
 fn transport_io(e: &std::io::Error) -> Error {
     use std::io::ErrorKind::*;
+    // ureq reports its own timeouts inside the io::Error it hands the body reader.
+    let ureq_timeout = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+        .is_some_and(|u| matches!(u, ureq::Error::Timeout(_)));
+    if ureq_timeout {
+        return Error::a2a_unavailable("the A2A stream stayed silent too long");
+    }
     match e.kind() {
         TimedOut | WouldBlock => Error::a2a_unavailable("the A2A stream stayed silent too long"),
         ConnectionRefused => Error::a2a_unavailable("cannot connect to the A2A service"),

@@ -33,7 +33,13 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let level = if config.debug { "debug" } else { "info" };
+    // The HTTP libraries stay at warn even with --debug: their debug lines carry request headers,
+    // and the upstream request carries the bearer token.
+    let level = if config.debug {
+        "debug,ureq=warn,ureq_proto=warn,tiny_http=warn"
+    } else {
+        "info"
+    };
     let mut logger =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level));
     if config.log_stdout {
@@ -47,7 +53,7 @@ fn main() {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     raise_fd_limit();
-    let server = match tiny_http::Server::http((config.host.as_str(), config.port)) {
+    let server = match listen(&config.host, config.port) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!(
@@ -102,10 +108,26 @@ fn main() {
 fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit on a local struct.
     unsafe {
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
+}
+
+/// Binds with a deep accept queue: a burst of clients (a console reconnecting hundreds of tabs)
+/// must wait in the queue, not in SYN retries that add seconds.
+fn listen(
+    host: &str,
+    port: u16,
+) -> Result<tiny_http::Server, Box<dyn std::error::Error + Send + Sync>> {
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind((host, port))?;
+    // SAFETY: listen(2) again on our own listening socket only changes its backlog.
+    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
+    tiny_http::Server::from_listener(listener, None)
 }

@@ -55,6 +55,11 @@ pub enum Step {
     Raw(Vec<u8>),
     /// Records a pipeline event for `/iac-code/pipeline/state` without streaming it.
     PipelineLog(Value),
+    /// Agent text `[0]`, `[1]`, … `count` times, `gap_ms` apart (cheap to build for load tests).
+    Numbered {
+        count: usize,
+        gap_ms: u64,
+    },
 }
 
 #[derive(Clone)]
@@ -98,6 +103,9 @@ impl FakeKernel {
 
     pub fn start_on(port: u16, token: Option<String>) -> FakeKernel {
         let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind fake kernel");
+        // A deep accept queue, like uvicorn's, so bursts of runs are not slowed by SYN retries.
+        // SAFETY: listen(2) again on our own socket only changes its backlog.
+        unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 4096) };
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State {
             token,
@@ -588,7 +596,10 @@ fn subst(v: &Value, vars: &Vars) -> Value {
     match v {
         Value::String(s) if s.contains("$NOW") => {
             // Microseconds since the epoch at emit time, for latency measurements.
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros();
             subst(&Value::String(s.replace("$NOW", &now.to_string())), vars)
         }
         Value::String(s) => Value::String(
@@ -754,6 +765,16 @@ fn play(
                     .replace("$CTX", &vars.ctx);
                 out.write_all(text.as_bytes())?;
                 out.flush()?;
+            }
+            Step::Numbered { count, gap_ms } => {
+                for i in 0..*count {
+                    if cancelled(state, &vars.task) {
+                        return send_cancelled(out, vars);
+                    }
+                    let step = working_text(&format!("[{i}]"));
+                    play(state, out, vars, std::slice::from_ref(&step))?;
+                    std::thread::sleep(Duration::from_millis(*gap_ms));
+                }
             }
             Step::PipelineLog(ev) => {
                 if let Some(t) = state.tasks.lock().unwrap().get_mut(&vars.task) {
@@ -934,15 +955,16 @@ fn denied_tail() -> Vec<Step> {
 
 /// A named scenario.
 pub fn scenario(name: &str) -> Option<Vec<Step>> {
-    let (perm_run1, perm_envelope, perm_run2) = permission_flow();
     Some(match name {
         "normal" => normal_turn(),
         "permission" => {
+            let (perm_run1, perm_envelope, perm_run2) = permission_flow();
             let mut s = perm_run1;
             s.push(Step::Input { envelope: perm_envelope, allow: perm_run2, deny: denied_tail(), answer: vec![] });
             s
         }
         "permission-gated" => {
+            let (perm_run1, perm_envelope, perm_run2) = permission_flow();
             let mut s = perm_run1;
             s.push(Step::Gate("interrupt".into()));
             s.push(Step::Input { envelope: perm_envelope, allow: perm_run2, deny: denied_tail(), answer: vec![] });
@@ -1000,6 +1022,9 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
             done(),
         ],
         "pipeline" => pipeline_flow(),
+        "panic" => vec![working_text("before "), working_text("__iac_code_agui_test_panic__"), done()],
+        "numbered" => (0..20).map(|i| working_text(&format!("[{i}]"))).chain([done()]).collect(),
+        "slow-numbered" => vec![Step::Numbered { count: 100_000, gap_ms: 100 }, done()],
         n if n.starts_with("flood-") => {
             let count: usize = n["flood-".len()..].parse().ok()?;
             let mut s: Vec<Step> = (0..count).map(|i| working_text(&format!("t{i} "))).collect();

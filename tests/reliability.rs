@@ -1,0 +1,339 @@
+//! Reliability: SIGKILL during state writes, a dying, hanging or garbled upstream, a full disk, a
+//! panicking run, and sustained concurrent load. Every loop here is bounded in count and time.
+
+mod common;
+#[path = "fake_kernel/mod.rs"]
+mod fake_kernel;
+
+use common::*;
+use fake_kernel::FakeKernel;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+fn thread_count(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A tiny deterministic PRNG (xorshift64*), so failures reproduce.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+#[test]
+fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_still_resume() {
+    let k = FakeKernel::start();
+    let mut a = Adapter::start(&k.url);
+    let mut rng = Rng(0x5eed);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut resumed = 0;
+    for i in 0..100 {
+        assert!(
+            Instant::now() < deadline,
+            "bounded: 100 iterations within 120 s"
+        );
+        let thread = format!("t-kill-{i}");
+        let body = a.request(&thread, "r1", "scenario:permission");
+        let url = a.url.clone();
+        let client = std::thread::spawn(move || {
+            let _ = agent()
+                .post(format!("{url}/"))
+                .header("Content-Type", "application/json")
+                .header("Accept", "text/event-stream")
+                .send(serde_json::to_vec(&body).unwrap())
+                .map(|r| r.into_body().read_to_string());
+        });
+        std::thread::sleep(Duration::from_micros(rng.next() % 8_000));
+        a.restart();
+        let _ = client.join();
+        // Every state file parses.
+        let dir = a.state_dir.join("threads");
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue; // an abandoned temporary file, never a state file
+            }
+            let bytes = std::fs::read(entry.path()).unwrap();
+            let doc: Value = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{name} torn after SIGKILL: {e}"));
+            assert_eq!(doc["schemaVersion"], 1);
+        }
+        // A pending interrupt that made it to disk still resumes.
+        let path = dir.join(format!("{thread}.json"));
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let doc: Value = serde_json::from_slice(&bytes).unwrap();
+        if let Some(id) = doc["execution"]["pending"]
+            .as_object()
+            .and_then(|p| p.keys().next().cloned())
+        {
+            let resume = json!([{"interruptId": id, "status": "resolved", "payload": {"decision": "allow_once"}}]);
+            let r = a.run(&a.resume_request(&thread, "r2", resume));
+            assert_eq!(
+                r.last()["outcome"]["type"],
+                "success",
+                "iteration {i}: {:?}",
+                r.last()
+            );
+            resumed += 1;
+        }
+    }
+    assert!(
+        resumed > 0,
+        "no iteration reached a persisted interrupt: the kill window is wrong"
+    );
+}
+
+#[test]
+fn a_hanging_upstream_ends_with_run_error_and_leaves_no_thread_behind() {
+    let k = FakeKernel::start();
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            args: vec!["--a2a-idle-timeout".into(), "0.5".into()],
+            ..Default::default()
+        },
+    );
+    let before = thread_count(a.pid());
+    let r = a.run(&a.request("t-hang", "r1", "scenario:hang"));
+    assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
+    assert!(
+        r.last()["message"].as_str().unwrap().contains("silent"),
+        "{}",
+        r.last()
+    );
+    assert_balanced(&r.events);
+    assert!(
+        eventually(5, || !k.calls("CancelTask").is_empty()),
+        "the stuck task is cancelled"
+    );
+    assert!(
+        eventually(5, || thread_count(a.pid()) <= before),
+        "threads: {} > {before}",
+        thread_count(a.pid())
+    );
+}
+
+#[test]
+fn dying_and_garbled_upstreams_leave_no_thread_behind() {
+    let (k, a) = (FakeKernel::start(), None::<()>);
+    let _ = a;
+    let a = Adapter::start(&k.url);
+    let before = thread_count(a.pid());
+    for (i, s) in ["die", "garbage", "rpc-error", "mismatch"]
+        .iter()
+        .enumerate()
+    {
+        let r = a.run(&a.request(&format!("t-bad-{i}"), "r1", &format!("scenario:{s}")));
+        assert_eq!(r.last()["type"], "RUN_ERROR");
+        assert_balanced(&r.events);
+    }
+    assert!(eventually(5, || thread_count(a.pid()) <= before));
+}
+
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn new(dir: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "mount tmpfs failed: the full-disk test needs root with CAP_SYS_ADMIN"
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+
+    fn fill(&self) {
+        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+        let chunk = vec![0u8; 4096];
+        while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+        let _ = f.sync_all();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_fails_closed_and_cancels_the_task() {
+    let k = FakeKernel::start();
+    let state = temp_dir("full").join("state");
+    let disk = Tmpfs::new(&state, "256k");
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            state_dir: Some(state.clone()),
+            ..Default::default()
+        },
+    );
+    // Full before the run: refused before the stream.
+    let filler = state.join("filler");
+    disk.fill();
+    let r = a.run(&a.request("t-full", "r1", "hi"));
+    assert_eq!(
+        (r.status, r.error_code()),
+        (500, "STATE_PERSISTENCE_FAILED")
+    );
+    std::fs::remove_file(&filler).unwrap();
+    // Full at the interrupt: never announced, task cancelled.
+    let reader = std::thread::spawn({
+        let (url, body) = (
+            a.url.clone(),
+            a.request("t-full2", "r1", "scenario:permission-gated"),
+        );
+        move || post_run(&url, &body, &[])
+    });
+    assert!(eventually(5, || !k
+        .calls("SendStreamingMessage")
+        .is_empty()));
+    std::thread::sleep(Duration::from_millis(200));
+    disk.fill();
+    k.open("interrupt");
+    let r = reader.join().unwrap();
+    assert_eq!(r.error_code(), "STATE_PERSISTENCE_FAILED");
+    assert!(eventually(5, || !k.calls("CancelTask").is_empty()));
+    std::fs::remove_file(&filler).unwrap();
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(state.join("threads/t-full2.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        doc["execution"]["pending"],
+        json!({}),
+        "the file on disk is whole and holds no interrupt"
+    );
+}
+
+#[test]
+fn a_panicking_run_ends_with_run_error_and_the_server_keeps_serving() {
+    let (k, a) = (FakeKernel::start(), ());
+    let _ = a;
+    let a = Adapter::start(&k.url);
+    let r = a.run(&a.request("t-panic", "r1", "scenario:panic"));
+    assert_eq!(r.last()["type"], "RUN_ERROR");
+    assert_eq!(r.types()[0], "RUN_STARTED");
+    assert!(a.logs().contains("panicked"));
+    // The thread is free again and other requests are served.
+    let r = a.run(&a.request("t-panic", "r2", "hi"));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn five_hundred_concurrent_runs_deliver_every_event_in_order() {
+    let secs: u64 = std::env::var("LOAD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let runs: usize = std::env::var("LOAD_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(500);
+    let k = FakeKernel::start();
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            args: vec!["--heartbeat-interval".into(), "5".into()],
+            ..Default::default()
+        },
+    );
+    let stop = Instant::now() + Duration::from_secs(secs);
+    let clients: Vec<_> = (0..runs)
+        .map(|i| {
+            let (url, body) = (
+                a.url.clone(),
+                a.request(&format!("t-load-{i}"), "r1", "scenario:slow-numbered"),
+            );
+            std::thread::Builder::new()
+                .stack_size(128 * 1024)
+                .spawn(move || -> Result<usize, String> {
+                    let resp = agent()
+                        .post(format!("{url}/"))
+                        .header("Content-Type", "application/json")
+                        .header("Accept", "text/event-stream")
+                        .send(serde_json::to_vec(&body).unwrap())
+                        .map_err(|e| e.to_string())?;
+                    if resp.status() != 200 {
+                        return Err(format!("HTTP {}", resp.status()));
+                    }
+                    let mut expected = 0usize;
+                    let mut started = false;
+                    for line in BufReader::new(resp.into_body().into_reader()).lines() {
+                        let line = line.map_err(|e| e.to_string())?;
+                        let Some(data) = line.strip_prefix("data: ") else {
+                            continue;
+                        };
+                        let ev: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+                        match ev["type"].as_str() {
+                            Some("RUN_STARTED") => started = true,
+                            Some("TEXT_MESSAGE_CONTENT") => {
+                                let want = format!("[{expected}]");
+                                if ev["delta"] != want.as_str() {
+                                    return Err(format!(
+                                        "got {} where {want} was due",
+                                        ev["delta"]
+                                    ));
+                                }
+                                expected += 1;
+                            }
+                            Some("RUN_ERROR") => return Err(format!("RUN_ERROR {ev}")),
+                            _ => {}
+                        }
+                        if Instant::now() >= stop {
+                            break;
+                        }
+                    }
+                    if !started {
+                        return Err("no RUN_STARTED".into());
+                    }
+                    if expected == 0 {
+                        eprintln!("run {i}: RUN_STARTED but no text before the deadline");
+                    }
+                    Ok(expected)
+                })
+                .unwrap()
+        })
+        .collect();
+    let mut delivered = 0;
+    let mut zero = 0;
+    for c in clients {
+        match c.join().unwrap() {
+            Ok(n) => {
+                if n == 0 {
+                    zero += 1;
+                }
+                delivered += n;
+            }
+            Err(e) => panic!("a run failed: {e}"),
+        }
+    }
+    eprintln!("{runs} runs x {secs} s: {delivered} events delivered in order; {zero} empty; {} upstream calls", k.calls("SendStreamingMessage").len());
+    assert_eq!(zero, 0, "runs that delivered nothing");
+    // The clients left: every task gets cancelled and the adapter frees its threads.
+    assert!(
+        eventually(30, || k.calls("CancelTask").len() >= runs),
+        "cancels: {}",
+        k.calls("CancelTask").len()
+    );
+}
