@@ -128,8 +128,7 @@ fn a_hanging_upstream_ends_with_run_error_and_leaves_no_thread_behind() {
 
 #[test]
 fn dying_and_garbled_upstreams_leave_no_thread_behind() {
-    let (k, a) = (FakeKernel::start(), None::<()>);
-    let _ = a;
+    let k = FakeKernel::start();
     let a = Adapter::start(&k.url);
     let before = thread_count(a.pid());
     for (i, s) in ["die", "garbage", "rpc-error", "mismatch"]
@@ -228,8 +227,7 @@ fn a_full_disk_fails_closed_and_cancels_the_task() {
 
 #[test]
 fn a_panicking_run_ends_with_run_error_and_the_server_keeps_serving() {
-    let (k, a) = (FakeKernel::start(), ());
-    let _ = a;
+    let k = FakeKernel::start();
     let a = Adapter::start(&k.url);
     let r = a.run(&a.request("t-panic", "r1", "scenario:panic"));
     assert_eq!(r.last()["type"], "RUN_ERROR");

@@ -87,6 +87,8 @@
 //! # let response = tiny_http::Response::from_file(File::open(&Path::new("image.png")).unwrap());
 //! let _ = request.respond(response);
 //! ```
+// iac-code-agui: vendored as released; its two dead-code warnings are upstream's.
+#![allow(dead_code, unused_imports)]
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
