@@ -1,0 +1,254 @@
+//! Bounded property tests (a deterministic fuzzer): the request parser, the SSE parser and the
+//! projection never panic on any input, and the projection closes every span it opens whatever
+//! the upstream sends. `FUZZ_ITERS` raises the iteration count (default 20,000 per target).
+
+use iac_code_agui::error::Lang;
+use iac_code_agui::input::parse_run;
+use iac_code_agui::projection::{FinishAs, Projection, RunIds};
+use iac_code_agui::sse::Parser;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn iters() -> usize {
+    std::env::var("FUZZ_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
+fn random_value(rng: &mut Rng, depth: usize) -> Value {
+    match rng.below(if depth > 3 { 5 } else { 8 }) {
+        0 => Value::Null,
+        1 => json!(rng.below(2) == 0),
+        2 => json!(rng.next() as i64),
+        3 => json!((rng.next() % 1000) as f64 / 7.0),
+        4 => {
+            let pool = [
+                "",
+                "user",
+                "image",
+                "text",
+                "data",
+                "/",
+                "../x",
+                "TASK_STATE_FAILED",
+                "ROLE_AGENT",
+                "permission",
+                "你好",
+                "\u{0}",
+                "input-required",
+            ];
+            json!(pool[rng.below(pool.len())])
+        }
+        5 => Value::Array(
+            (0..rng.below(4))
+                .map(|_| random_value(rng, depth + 1))
+                .collect(),
+        ),
+        _ => {
+            let keys = [
+                "type",
+                "text",
+                "role",
+                "id",
+                "content",
+                "source",
+                "value",
+                "mimeType",
+                "status",
+                "state",
+                "message",
+                "parts",
+                "metadata",
+                "iac_code",
+                "tool",
+                "toolUseId",
+                "input",
+                "inputId",
+                "required",
+                "kind",
+                "options",
+                "pipeline",
+                "eventType",
+                "sequence",
+                "eventId",
+                "usage",
+            ];
+            let mut m = serde_json::Map::new();
+            for _ in 0..rng.below(5) {
+                m.insert(
+                    keys[rng.below(keys.len())].to_string(),
+                    random_value(rng, depth + 1),
+                );
+            }
+            Value::Object(m)
+        }
+    }
+}
+
+/// Replaces one random node of `v` by a random value.
+fn mutate(v: &mut Value, rng: &mut Rng) {
+    let replace = rng.below(4) == 0;
+    match v {
+        Value::Object(m) if !m.is_empty() && !replace => {
+            let k = m.keys().nth(rng.below(m.len())).unwrap().clone();
+            if rng.below(5) == 0 {
+                m.remove(&k);
+            } else {
+                mutate(m.get_mut(&k).unwrap(), rng);
+            }
+        }
+        Value::Array(a) if !a.is_empty() && !replace => {
+            let i = rng.below(a.len());
+            mutate(&mut a[i], rng);
+        }
+        _ => *v = random_value(rng, 0),
+    }
+}
+
+#[test]
+fn the_request_parser_never_panics() {
+    let mut rng = Rng(0xfeed);
+    let roots = [PathBuf::from("/workspace")];
+    let valid = json!({
+        "threadId": "t", "runId": "r", "state": {}, "tools": [], "context": [],
+        "messages": [{"id": "m", "role": "user", "content": [{"type": "text", "text": "hi"},
+            {"type": "image", "source": {"type": "data", "value": "AAAA", "mimeType": "image/png"}}]}],
+        "forwardedProps": {"iacCode": {"schemaVersion": 1, "rosInvocationId": "i", "cwd": "/workspace/a",
+            "thinking": {"enabled": true, "budget": 3}, "alibabaCloud": {"regionId": "cn"}}},
+        "resume": [{"interruptId": "x", "status": "resolved", "payload": {"decision": "deny"}}]
+    });
+    for _ in 0..iters() {
+        let mut v = valid.clone();
+        for _ in 0..1 + rng.below(3) {
+            mutate(&mut v, &mut rng);
+        }
+        let _ = parse_run(&serde_json::to_vec(&v).unwrap(), &roots);
+        let mut bytes = serde_json::to_vec(&v).unwrap();
+        if !bytes.is_empty() {
+            let i = rng.below(bytes.len());
+            bytes[i] = rng.next() as u8;
+            bytes.truncate(bytes.len() - rng.below(bytes.len()));
+        }
+        let _ = parse_run(&bytes, &roots);
+    }
+    // Deep nesting is refused, not a stack overflow.
+    let deep = "[".repeat(100_000);
+    assert!(parse_run(deep.as_bytes(), &roots).is_err());
+}
+
+#[test]
+fn the_sse_parser_never_panics_and_chunking_never_changes_the_events() {
+    let mut rng = Rng(0xbeef);
+    let alphabet = b"data: \r\n:{}x\xe4\xbd\xa0event:id:";
+    for _ in 0..iters() {
+        let len = rng.below(300);
+        let input: Vec<u8> = (0..len)
+            .map(|_| alphabet[rng.below(alphabet.len())])
+            .collect();
+        let mut whole = Vec::new();
+        Parser::new().feed(&input, &mut whole).unwrap();
+        let mut parts = Vec::new();
+        let mut p = Parser::new();
+        let mut rest = &input[..];
+        while !rest.is_empty() {
+            let n = 1 + rng.below(rest.len());
+            p.feed(&rest[..n], &mut parts).unwrap();
+            rest = &rest[n..];
+        }
+        // A lone CR at a chunk end followed by LF is one line end either way.
+        assert_eq!(whole, parts, "input {:?}", String::from_utf8_lossy(&input));
+    }
+}
+
+fn balanced(events: &[Value]) -> bool {
+    let mut open: Vec<String> = vec![];
+    for e in events {
+        let t = e["type"].as_str().unwrap_or("");
+        let id = ["messageId", "toolCallId", "stepName"]
+            .iter()
+            .find_map(|k| e.get(*k).and_then(Value::as_str))
+            .unwrap_or("");
+        let kind = t.split('_').next().unwrap_or("");
+        let key = format!("{kind}:{id}");
+        match t {
+            "TEXT_MESSAGE_START" | "REASONING_START" | "TOOL_CALL_START" | "STEP_STARTED" => {
+                open.push(key)
+            }
+            "TEXT_MESSAGE_END" | "REASONING_END" | "TOOL_CALL_END" | "STEP_FINISHED" => {
+                match open.iter().position(|k| *k == key) {
+                    Some(i) => {
+                        open.remove(i);
+                    }
+                    None => return false,
+                }
+            }
+            "RUN_FINISHED" | "RUN_ERROR" => return open.is_empty(),
+            _ => {}
+        }
+    }
+    false
+}
+
+#[test]
+fn the_projection_never_panics_and_always_closes_its_spans() {
+    let mut rng = Rng(0xc0ffee);
+    let seeds: Vec<Value> = include_str!("data/normal-turn.a2a.sse")
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["result"].clone())
+        .chain([
+            json!({"statusUpdate": {"taskId": "88b24f14-1984-4a52-9ab9-b44c1ac2ba2d", "status": {"state": "TASK_STATE_WORKING"},
+                "metadata": {"iac_code": {"tool": {"toolUseId": "c", "name": "n", "status": "started"},
+                "thinking": {"type": "raw_thinking", "text": "x"},
+                "pipeline": {"eventType": "step_started", "sequence": 3, "eventId": "e", "step": {"id": "s"}, "data": {"text": "t"}}}}}}),
+            json!({"statusUpdate": {"status": {"state": "TASK_STATE_INPUT_REQUIRED"},
+                "metadata": {"iac_code": {"input": {"kind": "deployment_confirmation", "inputId": "d", "required": true, "options": [{"id": "a", "action": "confirm"}]}}}}}),
+        ])
+        .collect();
+    for _ in 0..iters() / 3 {
+        let ids = RunIds {
+            thread_id: "t".into(),
+            run_id: "r".into(),
+            context_id: "bdd96997-fc99-4760-9d7c-64466b091e18".into(),
+            ..Default::default()
+        };
+        let mut p = Projection::new(ids, Lang::En).with_clock(|| 0);
+        let mut out = vec![];
+        p.start(&mut out);
+        let mut finish = FinishAs::Error(iac_code_agui::error::Error::a2a_unavailable("eof"));
+        for _ in 0..rng.below(12) {
+            let mut item = seeds[rng.below(seeds.len())].clone();
+            for _ in 0..rng.below(3) {
+                mutate(&mut item, &mut rng);
+            }
+            match p.on_item(&item, &mut out) {
+                Ok(Some(_)) => {
+                    finish = FinishAs::Success;
+                    break;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    finish = FinishAs::Error(e);
+                    break;
+                }
+            }
+        }
+        p.finish(&finish, &mut out);
+        assert!(balanced(&out), "unbalanced: {out:#?}");
+    }
+}
