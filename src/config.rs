@@ -382,6 +382,15 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_in_contrib_parses() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/contrib/agui.example.yaml");
+        let c = config(&["--config", path], &[]);
+        assert_eq!(c.port, 41243);
+        assert_eq!(c.a2a_url, None);
+        assert_eq!(c.a2a_command, ["iac-code", "a2a", "--thinking-exposure", "all"]);
+    }
+
+    #[test]
     fn yaml_config_is_below_cli() {
         let dir = std::env::temp_dir().join(format!("agui-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

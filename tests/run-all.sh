@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it. Installs what it needs (npm ci, a Python venv) on the way.
+#   bash tests/run-all.sh
+# Parts can be skipped for a quick local loop: SKIP_REAL_KERNEL=1, SKIP_CONFORMANCE=1,
+# SKIP_STATIC=1; LOAD_SECS sets the load test's duration (default 60).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() { printf '\n==> %s\n' "$*"; }
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy --all-targets --quiet -- -D warnings
+
+step "no async runtime in the dependency tree"
+if cargo tree -e normal --prefix none | grep -Ei '^(tokio|async-std|smol|async-io|futures-executor) '; then
+  echo "an async runtime crept into the tree" >&2
+  exit 1
+fi
+
+step "unit, integration, reliability and fuzz tests"
+cargo build --quiet --examples --bins
+cargo test --quiet --all-targets -- --test-threads=4
+
+if [ -z "${SKIP_CONFORMANCE:-}" ]; then
+  step "conformance: the official @ag-ui/client against the adapter"
+  bash tests/conformance/run.sh
+fi
+
+if [ -z "${SKIP_REAL_KERNEL:-}" ]; then
+  step "end to end: the real iac-code 0.16.0 kernel"
+  bash tests/real_kernel/run.sh
+fi
+
+if [ -z "${SKIP_STATIC:-}" ]; then
+  step "static single binary"
+  RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release --target x86_64-unknown-linux-gnu
+  bin=target/x86_64-unknown-linux-gnu/release/iac-code-agui
+  file "$bin"
+  file "$bin" | grep -q "statically linked"
+  "$bin" --version
+  ls -l "$bin"
+fi
+
+step "all green"
