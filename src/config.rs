@@ -387,7 +387,10 @@ mod tests {
         let c = config(&["--config", path], &[]);
         assert_eq!(c.port, 41243);
         assert_eq!(c.a2a_url, None);
-        assert_eq!(c.a2a_command, ["iac-code", "a2a", "--thinking-exposure", "all"]);
+        assert_eq!(
+            c.a2a_command,
+            ["iac-code", "a2a", "--thinking-exposure", "all"]
+        );
     }
 
     #[test]

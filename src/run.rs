@@ -219,12 +219,20 @@ struct ActiveGuard {
     thread_id: String,
 }
 
-impl Drop for ActiveGuard {
-    fn drop(&mut self) {
+impl ActiveGuard {
+    /// Frees the thread for its next run (idempotent).
+    fn release(&mut self) {
         if let Some(slot) = self.slot.take() {
             slot.lock().active = None;
+            drop(slot);
+            self.app.store.release(&self.thread_id);
         }
-        self.app.store.release(&self.thread_id);
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -341,6 +349,9 @@ impl<'a> RunCtx<'a> {
             None => log::debug!("run {} ended", self.input.run_id),
         }
         self.proj.finish(&finish, &mut self.out);
+        // Everything durable is on disk: free the thread before the client sees the end, so a
+        // resume sent the moment RUN_FINISHED arrives is never refused as THREAD_BUSY.
+        self._guard.release();
         self.flush();
         self.stream.finish();
     }
@@ -720,14 +731,15 @@ impl<'a> RunCtx<'a> {
 }
 
 fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
+    // Without a task id there is nothing to cancel yet; a later call (once it is known) will.
+    let Some(task) = active.task_id.lock().clone() else {
+        return;
+    };
     if active.cancel_sent.swap(true, Ordering::SeqCst) {
         return;
     }
-    let task = active.task_id.lock().clone();
-    if let Some(task) = task {
-        if let Err(e) = a2a.cancel_task(&task) {
-            log::warn!("CancelTask {task} failed: {e}");
-        }
+    if let Err(e) = a2a.cancel_task(&task) {
+        log::warn!("CancelTask {task} failed: {e}");
     }
 }
 

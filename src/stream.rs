@@ -97,11 +97,12 @@ impl SseStream {
     }
 
     fn write_chunk(&self, body: &[u8]) -> bool {
-        if self.is_closed() {
-            return false;
-        }
         let ok = {
             let mut inner = self.inner.lock();
+            // Checked under the lock: `finish` may have ended the body meanwhile.
+            if self.is_closed() {
+                return false;
+            }
             let Inner {
                 writer,
                 last_write,
@@ -131,16 +132,17 @@ impl SseStream {
         }
     }
 
-    /// Ends the chunked body; the connection may then serve the next request.
+    /// Ends the chunked body; the connection may then serve the next request, so nothing (no
+    /// heartbeat either) may be written after this.
     pub fn finish(&self) {
-        if self.is_closed() {
-            return;
-        }
+        self.clear_on_close();
         let mut inner = self.inner.lock();
-        let _ = inner
-            .writer
-            .write_all(b"0\r\n\r\n")
-            .and_then(|_| inner.writer.flush());
+        if !self.closed.swap(true, Ordering::SeqCst) {
+            let _ = inner
+                .writer
+                .write_all(b"0\r\n\r\n")
+                .and_then(|_| inner.writer.flush());
+        }
     }
 }
 
@@ -224,5 +226,23 @@ mod tests {
         assert!(!s.heartbeat_if_idle(Duration::ZERO));
         assert!(!s.send(&[serde_json::json!({})]));
         assert_eq!(*fired.lock(), 1);
+    }
+
+    #[test]
+    fn nothing_is_written_after_the_final_chunk() {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let s = SseStream::start(Box::new(Shared(
+            buf.clone(),
+            Arc::new(AtomicBool::new(false)),
+        )))
+        .unwrap();
+        s.finish();
+        let len = buf.lock().len();
+        assert!(!s.heartbeat_if_idle(Duration::ZERO));
+        assert!(!s.send(&[serde_json::json!({"type": "X"})]));
+        assert_eq!(buf.lock().len(), len);
+        assert!(String::from_utf8(buf.lock().clone())
+            .unwrap()
+            .ends_with("0\r\n\r\n"));
     }
 }
