@@ -181,7 +181,7 @@ impl A2aClient {
             .map_err(transport)?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|_| Error::a2a_protocol("a JSON-RPC reply is not JSON"))?;
-        rpc_of(&v)
+        rpc_of(v)
     }
 
     /// `GetTask`; `None` when the kernel does not know the task.
@@ -286,7 +286,7 @@ impl A2aStream {
 fn parse_rpc(data: &[u8]) -> Result<Value, Error> {
     let v: Value = serde_json::from_slice(data)
         .map_err(|_| Error::a2a_protocol("the A2A stream sent data that is not JSON"))?;
-    match rpc_of(&v)? {
+    match rpc_of(v)? {
         Rpc::Result(r) => Ok(r),
         Rpc::Error { code, message } => Err(Error::a2a_failed(&format!(
             "the A2A service answered JSON-RPC error {code}: {}",
@@ -295,7 +295,8 @@ fn parse_rpc(data: &[u8]) -> Result<Value, Error> {
     }
 }
 
-fn rpc_of(v: &Value) -> Result<Rpc, Error> {
+/// Takes the reply apart without copying the (possibly large) result.
+fn rpc_of(mut v: Value) -> Result<Rpc, Error> {
     if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
         return Ok(Rpc::Error {
             code: e.get("code").and_then(Value::as_i64).unwrap_or(0),

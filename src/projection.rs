@@ -59,6 +59,8 @@ const STEP_CLOSERS: &[&str] = &[
     "candidate_step_failed",
 ];
 
+static NULL: Value = Value::Null;
+
 /// The identities of one AG-UI run and its A2A execution.
 #[derive(Debug, Clone, Default)]
 pub struct RunIds {
@@ -251,11 +253,8 @@ impl Projection {
             .find_map(|k| result.get(*k).map(|v| (*k, v)))
             .unwrap_or(("task", result));
         self.check_identity(kind, item)?;
-        let iac = item
-            .pointer("/metadata/iac_code")
-            .cloned()
-            .unwrap_or(Value::Null);
-        self.learn_session(&iac);
+        let iac = item.pointer("/metadata/iac_code").unwrap_or(&NULL);
+        self.learn_session(iac);
         if self.session_id.is_some() && self.task_id.is_some() {
             self.announce_session(out);
         }
@@ -287,7 +286,7 @@ impl Projection {
             _ => {}
         }
         self.project_iac(&iac, out);
-        let status = item.get("status").cloned().unwrap_or(Value::Null);
+        let status = item.get("status").unwrap_or(&NULL);
         if let Some(message) = status.get("message") {
             self.project_status_message(message, &iac, out);
         }
@@ -728,7 +727,7 @@ impl Projection {
             self.durable.pipeline_sequence = seq;
         }
         self.announce_session(out);
-        let data = envelope.get("data").cloned().unwrap_or(Value::Null);
+        let data = envelope.get("data").unwrap_or(&NULL);
         match event_type {
             "text_delta" => {
                 if let Some(text) = data
