@@ -307,8 +307,8 @@ fn rpc_of(mut v: Value) -> Result<Rpc, Error> {
                 .to_string(),
         });
     }
-    match v.get("result") {
-        Some(r) if r.is_object() => Ok(Rpc::Result(r.clone())),
+    match v.get_mut("result").map(Value::take) {
+        Some(r) if r.is_object() => Ok(Rpc::Result(r)),
         _ => Err(Error::a2a_protocol(
             "a JSON-RPC reply has neither result nor error",
         )),

@@ -285,10 +285,10 @@ impl Projection {
             }
             _ => {}
         }
-        self.project_iac(&iac, out);
+        self.project_iac(iac, out);
         let status = item.get("status").unwrap_or(&NULL);
         if let Some(message) = status.get("message") {
-            self.project_status_message(message, &iac, out);
+            self.project_status_message(message, iac, out);
         }
         if kind == "task" && !self.text_emitted && status.get("message").is_none() {
             self.project_history_text(item, out);
@@ -301,7 +301,7 @@ impl Projection {
         );
         let end = match state.as_str() {
             "input-required" => {
-                let inputs = interrupts::inputs_of(&iac);
+                let inputs = interrupts::inputs_of(iac);
                 for input in &inputs {
                     interrupts::check_envelope(input)?;
                 }
@@ -779,7 +779,7 @@ impl Projection {
                     self.tool_result(&id, content, out);
                 }
             }
-            "usage" => self.add_usage(&data),
+            "usage" => self.add_usage(data),
             "pipeline_completed" | "pipeline_error" => {}
             _ => {}
         }
