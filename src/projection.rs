@@ -1023,6 +1023,41 @@ fn step_key(envelope: &Value) -> Option<String> {
     })
 }
 
+/// Checks AG-UI span balance: every START has its END (matched by id: message, tool call or step
+/// name), no END without a START, nothing open at `RUN_FINISHED`/`RUN_ERROR`, and the run ends.
+/// The projection keeps this by construction; tests and fuzzers use this to prove it.
+pub fn check_spans(events: &[Value]) -> Result<(), String> {
+    let mut open: Vec<(&str, &str)> = Vec::new();
+    for e in events {
+        let t = e["type"].as_str().unwrap_or("");
+        let id = ["messageId", "toolCallId", "stepName"]
+            .iter()
+            .find_map(|k| e.get(*k).and_then(Value::as_str))
+            .unwrap_or("");
+        let (kind, opens) = match t {
+            "TEXT_MESSAGE_START" => ("text", true),
+            "TEXT_MESSAGE_END" => ("text", false),
+            "REASONING_START" => ("reasoning", true),
+            "REASONING_END" => ("reasoning", false),
+            "TOOL_CALL_START" => ("tool", true),
+            "TOOL_CALL_END" => ("tool", false),
+            "STEP_STARTED" => ("step", true),
+            "STEP_FINISHED" => ("step", false),
+            "RUN_FINISHED" | "RUN_ERROR" if open.is_empty() => return Ok(()),
+            "RUN_FINISHED" | "RUN_ERROR" => return Err(format!("open at {t}: {open:?}")),
+            _ => continue,
+        };
+        if opens {
+            open.push((kind, id));
+        } else if let Some(i) = open.iter().position(|o| *o == (kind, id)) {
+            open.remove(i);
+        } else {
+            return Err(format!("{t} without a start: {e}"));
+        }
+    }
+    Err("the run never ended".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1109,39 +1144,9 @@ mod tests {
         assert_balanced(&out);
     }
 
-    /// Every START has its END (by id) before the run's last event.
-    pub(crate) fn assert_balanced(events: &[Value]) {
-        let mut open: Vec<String> = vec![];
-        for e in events {
-            let t = e["type"].as_str().unwrap();
-            let id = ["messageId", "toolCallId", "stepName"]
-                .iter()
-                .find_map(|k| e.get(*k).and_then(Value::as_str))
-                .unwrap_or("")
-                .to_string();
-            let key = |kind: &str| format!("{kind}:{id}");
-            match t {
-                "TEXT_MESSAGE_START" => open.push(key("text")),
-                "TEXT_MESSAGE_END" => assert!(remove(&mut open, &key("text")), "{e}"),
-                "REASONING_START" => open.push(key("reasoning")),
-                "REASONING_END" => assert!(remove(&mut open, &key("reasoning")), "{e}"),
-                "TOOL_CALL_START" => open.push(key("tool")),
-                "TOOL_CALL_END" => assert!(remove(&mut open, &key("tool")), "{e}"),
-                "STEP_STARTED" => open.push(key("step")),
-                "STEP_FINISHED" => assert!(remove(&mut open, &key("step")), "{e}"),
-                "RUN_FINISHED" | "RUN_ERROR" => assert!(open.is_empty(), "open at end: {open:?}"),
-                _ => {}
-            }
-        }
-    }
-
-    fn remove(v: &mut Vec<String>, k: &str) -> bool {
-        match v.iter().position(|x| x == k) {
-            Some(i) => {
-                v.remove(i);
-                true
-            }
-            None => false,
+    fn assert_balanced(events: &[Value]) {
+        if let Err(e) = check_spans(events) {
+            panic!("{e}");
         }
     }
 

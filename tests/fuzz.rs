@@ -4,7 +4,7 @@
 
 use iac_code_agui::error::Lang;
 use iac_code_agui::input::parse_run;
-use iac_code_agui::projection::{FinishAs, Projection, RunIds};
+use iac_code_agui::projection::{check_spans, FinishAs, Projection, RunIds};
 use iac_code_agui::sse::Parser;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -175,35 +175,6 @@ fn the_sse_parser_never_panics_and_chunking_never_changes_the_events() {
     }
 }
 
-fn balanced(events: &[Value]) -> bool {
-    let mut open: Vec<String> = vec![];
-    for e in events {
-        let t = e["type"].as_str().unwrap_or("");
-        let id = ["messageId", "toolCallId", "stepName"]
-            .iter()
-            .find_map(|k| e.get(*k).and_then(Value::as_str))
-            .unwrap_or("");
-        let kind = t.split('_').next().unwrap_or("");
-        let key = format!("{kind}:{id}");
-        match t {
-            "TEXT_MESSAGE_START" | "REASONING_START" | "TOOL_CALL_START" | "STEP_STARTED" => {
-                open.push(key)
-            }
-            "TEXT_MESSAGE_END" | "REASONING_END" | "TOOL_CALL_END" | "STEP_FINISHED" => {
-                match open.iter().position(|k| *k == key) {
-                    Some(i) => {
-                        open.remove(i);
-                    }
-                    None => return false,
-                }
-            }
-            "RUN_FINISHED" | "RUN_ERROR" => return open.is_empty(),
-            _ => {}
-        }
-    }
-    false
-}
-
 #[test]
 fn the_projection_never_panics_and_always_closes_its_spans() {
     let mut rng = Rng(0xc0ffee);
@@ -249,6 +220,8 @@ fn the_projection_never_panics_and_always_closes_its_spans() {
             }
         }
         p.finish(&finish, &mut out);
-        assert!(balanced(&out), "unbalanced: {out:#?}");
+        if let Err(e) = check_spans(&out) {
+            panic!("{e}: {out:#?}");
+        }
     }
 }

@@ -329,39 +329,8 @@ pub fn post_json(url: &str, body: &Value) -> (u16, Value) {
 
 /// Every START has its END (by id) and nothing is open at the run's end.
 pub fn assert_balanced(events: &[Value]) {
-    let mut open: Vec<String> = vec![];
-    for e in events {
-        let t = e["type"].as_str().unwrap();
-        let id = ["messageId", "toolCallId", "stepName"]
-            .iter()
-            .find_map(|k| e.get(*k).and_then(Value::as_str))
-            .unwrap_or("")
-            .to_string();
-        let (kind, opening) = match t {
-            "TEXT_MESSAGE_START" => ("text", true),
-            "TEXT_MESSAGE_END" => ("text", false),
-            "REASONING_START" => ("reasoning", true),
-            "REASONING_END" => ("reasoning", false),
-            "TOOL_CALL_START" => ("tool", true),
-            "TOOL_CALL_END" => ("tool", false),
-            "STEP_STARTED" => ("step", true),
-            "STEP_FINISHED" => ("step", false),
-            "RUN_FINISHED" | "RUN_ERROR" => {
-                assert!(open.is_empty(), "spans open at {t}: {open:?}");
-                continue;
-            }
-            _ => continue,
-        };
-        let key = format!("{kind}:{id}");
-        if opening {
-            open.push(key);
-        } else {
-            let pos = open
-                .iter()
-                .position(|k| *k == key)
-                .unwrap_or_else(|| panic!("{t} without start: {e}"));
-            open.remove(pos);
-        }
+    if let Err(e) = iac_code_agui::projection::check_spans(events) {
+        panic!("{e}");
     }
 }
 
