@@ -565,6 +565,9 @@ impl<'a> RunCtx<'a> {
                 .any(|e| applied(&self.doc, &e.interrupt_id).is_some());
             return FinishAs::Error(if known {
                 already_applied()
+            } else if self.doc.is_terminal(&execution_id) {
+                // Cancelled, expired or finished: nothing is left to resume (the reference's code).
+                lost()
             } else {
                 unknown_interrupt()
             });

@@ -451,6 +451,12 @@ fn the_cancel_extension_cancels_a_waiting_execution_once_and_hides_other_identit
     assert_eq!(a.state_file("t-cancel")["execution"]["pending"], json!({}));
     let (_, v) = post_json(&url, &body);
     assert_eq!(v["status"], "already_terminal");
+    let late = a.run(&a.resume_request("t-cancel", "r-late", json!([{"interruptId": "permission-afa9a627502941f8acc634b9c3574d78", "status": "cancelled"}])));
+    assert_eq!(
+        late.error_code(),
+        "EXECUTION_LOST",
+        "a cancelled execution cannot be resumed"
+    );
     // Pending interrupts are gone: a plain message starts the next turn.
     assert_eq!(
         a.run(&a.request("t-cancel", "r2", "hi")).last()["outcome"]["type"],
