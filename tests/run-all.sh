@@ -19,9 +19,14 @@ fi
 
 step "unit, integration, reliability and fuzz tests"
 cargo build --quiet --examples --bins
-cargo test --quiet -- --skip five_hundred_concurrent_runs
+captures="$PWD/target/agui-captures"
+rm -rf "$captures"
+AGUI_CAPTURE_DIR="$captures" cargo test --quiet -- --skip five_hundred_concurrent_runs
 step "load: 500 concurrent runs for ${LOAD_SECS:-60} s, every event in order"
 cargo test --quiet --test reliability -- --exact five_hundred_concurrent_runs_deliver_every_event_in_order
+
+step "every captured stream validates with the Python ag-ui-protocol models"
+bash tests/validate-captures.sh "$captures"
 
 if [ -z "${SKIP_CONFORMANCE:-}" ]; then
   step "conformance: the official @ag-ui/client against the adapter"

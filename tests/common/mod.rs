@@ -285,22 +285,48 @@ pub fn read_result(resp: ureq::http::Response<ureq::Body>) -> RunResult {
         };
     }
     let mut events = vec![];
+    let mut raw = vec![];
     let mut heartbeats = 0;
     let reader = BufReader::new(body.into_reader());
     for line in reader.lines() {
         let line = line.expect("SSE read");
         if let Some(data) = line.strip_prefix("data: ") {
             events.push(serde_json::from_str(data).expect("event JSON"));
+            raw.push(data.to_string());
         } else if line == ": heartbeat" {
             heartbeats += 1;
         }
     }
+    capture(&raw);
     RunResult {
         status,
         content_type,
         json: Value::Null,
         events,
         heartbeats,
+    }
+}
+
+/// With `AGUI_CAPTURE_DIR` set, every stream a test reads is appended there as JSON lines
+/// (`{stream, index, raw}`), for the Python `ag-ui-protocol` validation in `tests/run-all.sh`.
+fn capture(raw: &[String]) {
+    let Some(dir) = std::env::var_os("AGUI_CAPTURE_DIR") else {
+        return;
+    };
+    let _ = std::fs::create_dir_all(&dir);
+    let label = std::thread::current().name().unwrap_or("main").to_string();
+    let mut lines = String::new();
+    for (index, r) in raw.iter().enumerate() {
+        lines.push_str(&json!({"stream": label, "index": index, "raw": r}).to_string());
+        lines.push('\n');
+    }
+    let path = Path::new(&dir).join(format!("{}.jsonl", std::process::id()));
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = std::io::Write::write_all(&mut f, lines.as_bytes());
     }
 }
 

@@ -460,6 +460,46 @@ async function scQuestion() {
   return { runs: [r1, r2], notes: `reason ${i.reason}; resumed text ${JSON.stringify(r2.text)}` };
 }
 
+async function scSelection() {
+  const inv = "inv-sel-1";
+  const [agent, r1, i] = await toInterrupt("selection", inv);
+  if (!i) return { runs: [r1] };
+  const branches = i.responseSchema?.oneOf || [];
+  expect(
+    r1,
+    branches.some((b) => b.properties?.selectedId?.const === "1"),
+    `responseSchema does not offer selectedId "1": ${short(safeJson(i.responseSchema), 200)}`,
+  );
+  const r2 = await run(agent, {
+    forwardedProps: forwardedProps(inv),
+    resume: [{ interruptId: i.id, status: "resolved", payload: { selectedId: "1" } }],
+  });
+  expectSuccess(r2);
+  expect(r2, r2.text.startsWith("Selected"), `text ${JSON.stringify(r2.text)}`);
+  return { runs: [r1, r2], notes: `reason ${i.reason}; resumed text ${JSON.stringify(r2.text)}` };
+}
+
+async function scQuestionBadPayload() {
+  // A payload outside the responseSchema: RUN_ERROR RESUME_PAYLOAD_INVALID, and the interrupt stays
+  // answerable, so the client (which keeps pendingInterrupts after a RUN_ERROR) can retry.
+  const inv = "inv-q-bad-1";
+  const [agent, r1, i] = await toInterrupt("question", inv);
+  if (!i) return { runs: [r1] };
+  const r2 = await run(agent, {
+    forwardedProps: forwardedProps(inv),
+    resume: [{ interruptId: i.id, status: "resolved", payload: { selectedId: "mars-north-1" } }],
+  });
+  expectRunError(r2, "RESUME_PAYLOAD_INVALID");
+  expect(r2, agent.pendingInterrupts.length === 1, "client dropped the pending interrupt after the RUN_ERROR");
+  const r3 = await run(agent, {
+    forwardedProps: forwardedProps(inv),
+    resume: [{ interruptId: i.id, status: "resolved", payload: { selectedId: "cn-hangzhou" } }],
+  });
+  expectSuccess(r3);
+  expect(r3, r3.text.includes("Hangzhou"), `retry text ${JSON.stringify(r3.text)}`);
+  return { runs: [r1, r2, r3], notes: `bad payload → ${last(r2)?.code}; retry → ${JSON.stringify(r3.text)}` };
+}
+
 async function scPermissionCancelled() {
   const inv = "inv-perm-c-1";
   const [agent, r1, i] = await toInterrupt("permission", inv);
@@ -614,16 +654,20 @@ function pipelineEnabled() {
   return process.env.AGUI_CONFORMANCE_PIPELINE !== "0";
 }
 
-/** A payload a responseSchema admits, picked from its enums / the interrupt's options. */
+/** A payload a responseSchema admits: allow_once for permissions, else the first option. */
 function autoPayload(interrupt) {
-  const schema = interrupt.responseSchema || {};
-  const props = schema.properties || {};
-  const options = interrupt.metadata?.options || [];
+  return payloadFor(interrupt.responseSchema || {}, interrupt.metadata?.options || []);
+}
+
+function payloadFor(schema, options) {
+  const branches = schema.oneOf || schema.anyOf;
+  if (Array.isArray(branches) && branches.length) return payloadFor(branches[0], options);
   const payload = {};
-  for (const [key, s] of Object.entries(props)) {
-    if (!(schema.required || []).includes(key) && key !== "decision" && key !== "selectedId") continue;
-    if (Array.isArray(s.enum) && s.enum.length) payload[key] = s.enum.includes("allow_once") ? "allow_once" : s.enum[0];
-    else if (options.length && (s.type === "string" || !s.type)) payload[key] = String(options[0].id ?? options[0].value ?? "0");
+  for (const [key, s] of Object.entries(schema.properties || {})) {
+    if (!(schema.required || []).includes(key)) continue;
+    if (s.const !== undefined) payload[key] = s.const;
+    else if (Array.isArray(s.enum) && s.enum.length) payload[key] = s.enum.includes("allow_once") ? "allow_once" : s.enum[0];
+    else if (options.length && (s.type === "string" || !s.type)) payload[key] = String(options[0].id);
     else if (s.type === "boolean") payload[key] = true;
     else if (s.type === "integer" || s.type === "number") payload[key] = 0;
     else if (s.type === "array") payload[key] = options.length ? [String(options[0].id)] : [];
@@ -844,6 +888,8 @@ const SCENARIOS = [
   { name: "1b normal second turn on the same thread", fn: scNormalSecondTurn },
   { name: "2 permission interrupt + resume allow_once", fn: scPermission },
   { name: "3 question interrupt + resume selectedId", fn: scQuestion },
+  { name: "3b selection interrupt + resume selectedId", fn: scSelection },
+  { name: "3c question resume with an invalid payload, then a valid retry", fn: scQuestionBadPayload },
   { name: "4 permission interrupt cancelled (= deny)", fn: scPermissionCancelled },
   { name: "5 question interrupt cancelled -> RUN_ERROR CANCELLED", fn: scQuestionCancelled },
   { name: "6 upstream failure -> RUN_ERROR A2A_EXECUTION_FAILED", fn: scFail },
