@@ -47,10 +47,6 @@ pub struct Admitted {
     guard: ActiveGuard,
 }
 
-fn conflict(code: Code, en: &str, zh: &str) -> Error {
-    Error::new(code, en, zh)
-}
-
 /// Checks a request against its thread and marks the thread busy.
 pub fn admit(app: &Arc<App>, input: RunInput, lang: Lang) -> Result<Admitted, Error> {
     let thread_id = input.thread_id.clone();
@@ -71,7 +67,7 @@ fn admit_locked(
 ) -> Result<Admitted, Error> {
     let mut guard = slot.lock();
     if guard.active.is_some() {
-        return Err(conflict(
+        return Err(Error::new(
             Code::ThreadBusy,
             "The thread already has an active run.",
             "该 thread 已有活动的 run。",
@@ -81,13 +77,13 @@ fn admit_locked(
     if let Some(doc) = &stored {
         if let Some(d) = doc.run_digests.get(&input.run_id) {
             return Err(if *d == input.digest {
-                conflict(
+                Error::new(
                     Code::DuplicateRunId,
                     "The AG-UI run id has already been used for this request.",
                     "该 AG-UI run ID 已被相同请求使用。",
                 )
             } else {
-                conflict(
+                Error::new(
                     Code::RunIdConflict,
                     "The AG-UI run id has already been used by a different request.",
                     "该 AG-UI run ID 已被另一个请求使用。",
@@ -95,7 +91,7 @@ fn admit_locked(
             });
         }
         if doc.cwd != input.iac.cwd || doc.user_id != input.iac.user_id {
-            return Err(conflict(
+            return Err(Error::new(
                 Code::ThreadBindingConflict,
                 "The thread is bound to another workspace or caller (cwd/userId).",
                 "该 thread 已绑定到其他工作区或调用方（cwd/userId）。",
@@ -126,7 +122,7 @@ fn admit_locked(
         }
         None => {
             if doc.pending_count() > 0 {
-                return Err(conflict(
+                return Err(Error::new(
                     Code::ResumeRequired,
                     "The thread is waiting for an interrupt response; send `resume` first.",
                     "该 thread 正在等待 Interrupt 响应，请先发送 `resume`。",
@@ -154,11 +150,10 @@ fn admit_locked(
         .insert(input.run_id.clone(), input.digest.clone());
     app.store.save(&doc)?;
     let exec = doc.execution.as_ref().ok_or_else(lost)?;
-    let active = ActiveRun::new(&input.run_id, &exec.execution_id, exec.task_id.clone());
+    let active = ActiveRun::new(&exec.execution_id, exec.task_id.clone());
     guard.active = Some(active.clone());
     drop(guard);
     Ok(Admitted {
-        input,
         lang,
         doc,
         active,
@@ -166,12 +161,9 @@ fn admit_locked(
         guard: ActiveGuard {
             app: app.clone(),
             slot: Some(slot.clone()),
-            thread_id: String::new(),
+            thread_id: input.thread_id.clone(),
         },
-    })
-    .map(|mut a| {
-        a.guard.thread_id = a.input.thread_id.clone();
-        a
+        input,
     })
 }
 

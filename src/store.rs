@@ -113,7 +113,6 @@ impl ThreadDoc {
 
 /// A run in progress on a thread (at most one).
 pub struct ActiveRun {
-    pub run_id: String,
     pub execution_id: String,
     pub task_id: Mutex<Option<String>>,
     /// Set by the cancel extension; the run ends with `RUN_ERROR CANCELLED`.
@@ -123,9 +122,8 @@ pub struct ActiveRun {
 }
 
 impl ActiveRun {
-    pub fn new(run_id: &str, execution_id: &str, task_id: Option<String>) -> Arc<ActiveRun> {
+    pub fn new(execution_id: &str, task_id: Option<String>) -> Arc<ActiveRun> {
         Arc::new(ActiveRun {
-            run_id: run_id.to_string(),
             execution_id: execution_id.to_string(),
             task_id: Mutex::new(task_id),
             cancelled: AtomicBool::new(false),
