@@ -12,7 +12,7 @@
 // It streams the assistant's text to stdout (reasoning, tool calls and pipeline progress go to
 // stderr), and when a run ends with an interrupt it asks on stdin and resumes:
 //   * permission (responseSchema has `decision`): answer allow_once / deny (a / d)
-//   * a choice (responseSchema.oneOf of `selectedId` consts): answer a number or an option id,
+//   * a choice (responseSchema.oneOf of `selectedId` consts): answer the listed number or an option id,
 //     or free text when the schema has a `freeText` branch
 //   * anything else: type the JSON payload
 //   An empty answer (or "cancel", or end of input) resumes with status "cancelled".
@@ -104,9 +104,9 @@ async function answerInterrupt(interrupt, ask) {
     for (;;) {
       const a = (await ask(`choice${freeText ? " or free text" : ""} (empty = cancel)? `)).trim();
       if (a === "" || a === "cancel") return cancelled;
-      const byNumber = choices[Number(a) - 1];
-      const byId = choices.find((c) => c.id === a);
-      const pick = byId || (String(Number(a)) === a ? byNumber : undefined);
+      // The number shown in the list first (option ids may be numbers too), then an option id.
+      const byNumber = /^\d+$/.test(a) ? choices[Number(a) - 1] : undefined;
+      const pick = byNumber || choices.find((c) => c.id === a);
       if (pick) return { interruptId: interrupt.id, status: "resolved", payload: { selectedId: pick.id } };
       if (freeText) return { interruptId: interrupt.id, status: "resolved", payload: { freeText: a } };
     }
@@ -141,9 +141,17 @@ async function main() {
   });
 
   let failed = false;
+  let printing = null; // the message whose text is on the current stdout line (pipelines interleave)
   const subscriber = {
-    onTextMessageContentEvent: ({ event }) => void process.stdout.write(event.delta),
-    onTextMessageEndEvent: () => void process.stdout.write("\n"),
+    onTextMessageContentEvent: ({ event }) => {
+      if (printing !== null && printing !== event.messageId) process.stdout.write("\n");
+      printing = event.messageId;
+      process.stdout.write(event.delta);
+    },
+    onTextMessageEndEvent: ({ event }) => {
+      if (printing === event.messageId) process.stdout.write("\n");
+      if (printing === event.messageId) printing = null;
+    },
     onReasoningMessageContentEvent: ({ event }) => void process.stderr.write(dim(event.delta)),
     onReasoningEndEvent: () => void process.stderr.write("\n"),
     onToolCallStartEvent: ({ event }) => void process.stderr.write(dim(`[tool ${event.toolCallName} ${event.toolCallId}]\n`)),

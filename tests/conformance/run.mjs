@@ -754,6 +754,12 @@ const CANNED = {
     { type: "TEXT_MESSAGE_START", messageId: "m1", role: "assistant" },
     { type: "TEXT_MESSAGE_END", messageId: "m1" },
   ],
+  "unknown-field": (t, r) => [
+    { type: "RUN_STARTED", threadId: t, runId: r },
+    { type: "TEXT_MESSAGE_START", messageId: "m1", role: "assistant", bogusField: 1 },
+    { type: "TEXT_MESSAGE_END", messageId: "m1" },
+    { type: "RUN_FINISHED", threadId: t, runId: r, outcome: { type: "success" } },
+  ],
   "event-after-finish": (t, r) => [
     { type: "RUN_STARTED", threadId: t, runId: r },
     { type: "RUN_FINISHED", threadId: t, runId: r, outcome: { type: "success" } },
@@ -761,14 +767,17 @@ const CANNED = {
   ],
 };
 
-// Which mechanism must catch each broken stream: "client" = runAgent rejects / onRunFailed
-// (the client's own enforcement or verification); "harness" = the suite's extra checks.
+// Which mechanism must catch each broken stream, and with what message: "client" = runAgent
+// rejects (the client's own enforcement or verification); "harness" = the suite's extra checks.
 const EXPECT_CAUGHT_BY = {
-  "content-without-start": "client",
-  "missing-end-before-finish": "client",
-  "schema-invalid-field": "client",
-  "event-after-finish": "client",
-  "no-terminal-event": "harness",
+  "content-without-start": { by: "client", match: /TEXT_MESSAGE_CONTENT.*No active text message/ },
+  "missing-end-before-finish": { by: "client", match: /RUN_FINISHED.*text messages are still active/ },
+  "schema-invalid-field": { by: "client", match: /delta/ },
+  "event-after-finish": { by: "client", match: /already finished/ },
+  // The client accepts these two: a stream that just stops resolves runAgent as if all was well,
+  // and an unknown field is stripped with a console warning. The suite fails them itself.
+  "no-terminal-event": { by: "harness", match: /terminal events/ },
+  "unknown-field": { by: "harness", match: /client deviation warning: .*bogusField/ },
 };
 
 function startCannedServer() {
@@ -843,8 +852,11 @@ function startDroppingProxy(dropType) {
 async function scSelfCheck() {
   const server = await startCannedServer();
   const url = `http://127.0.0.1:${server.address().port}`;
-  const summary = [];
+  const byClient = [];
+  const byHarness = [];
+  const detail = [];
   const failures = [];
+  let control = "positive control FAILED";
   try {
     for (const name of Object.keys(CANNED)) {
       const agent = newAgent(`selfcheck-${name}`, `${url}/${name}`);
@@ -853,14 +865,21 @@ async function scSelfCheck() {
       const clientRejected = Boolean(r.thrown || r.runFailed);
       if (name === "well-formed") {
         if (r.problems.length) failures.push(`positive control flagged: ${r.problems.join("; ")}`);
-        else summary.push("well-formed: accepted");
+        else control = "well-formed control accepted";
         continue;
       }
-      const want = EXPECT_CAUGHT_BY[name];
-      if (want === "client" && !clientRejected)
+      const { by, match } = EXPECT_CAUGHT_BY[name];
+      const err = r.thrown || r.runFailed;
+      if (by === "client" && !clientRejected)
         failures.push(`${name}: the client accepted it (problems: ${r.problems.join("; ") || "none"})`);
-      else if (r.problems.length === 0) failures.push(`${name}: not flagged by the suite`);
-      else summary.push(`${name}: ${want === "client" ? "client rejected: " + short(errMsg(r.thrown || r.runFailed), 90) : "harness: " + short(r.problems[0], 90)}`);
+      else if (by === "client" && !match.test(errMsg(err)))
+        failures.push(`${name}: the client rejected it for another reason: ${short(errMsg(err), 150)}`);
+      else if (by === "harness" && !r.problems.some((x) => match.test(x)))
+        failures.push(`${name}: not flagged as ${match} (problems: ${r.problems.join("; ") || "none"})`);
+      else {
+        (by === "client" ? byClient : byHarness).push(name);
+        detail.push(`${name}: ${by === "client" ? errMsg(err) : r.problems.find((x) => match.test(x))}`);
+      }
     }
     // The real adapter's normal turn with TEXT_MESSAGE_END removed on the way to the client.
     const proxy = await startDroppingProxy(EventType.TEXT_MESSAGE_END);
@@ -871,14 +890,24 @@ async function scSelfCheck() {
       const err = r.thrown || r.runFailed;
       if (!err) failures.push(`adapter stream without TEXT_MESSAGE_END: the client accepted it (problems: ${r.problems.join("; ") || "none"})`);
       else if (r.raw.some((e) => e.type === EventType.TEXT_MESSAGE_END)) failures.push("proxy did not drop TEXT_MESSAGE_END");
-      else summary.push(`adapter stream minus TEXT_MESSAGE_END: client rejected: ${short(errMsg(err), 90)}`);
+      else if (!/RUN_FINISHED.*text messages are still active/.test(errMsg(err)))
+        failures.push(`adapter stream without TEXT_MESSAGE_END: rejected for another reason: ${short(errMsg(err), 150)}`);
+      else {
+        byClient.push("adapter-stream-minus-TEXT_MESSAGE_END");
+        detail.push(`adapter-stream-minus-TEXT_MESSAGE_END: ${errMsg(err)}`);
+      }
     } finally {
       proxy.close();
     }
   } finally {
     server.close();
   }
-  return { runs: [], problems: failures, notes: summary.join(" | ") };
+  if (process.env.AGUI_CONFORMANCE_VERBOSE) for (const d of detail) console.log(`  ${short(d, 300)}`);
+  return {
+    runs: [],
+    problems: failures,
+    notes: `${control}; rejected by the client: ${byClient.join(", ")}; by the suite's own checks: ${byHarness.join(", ")}`,
+  };
 }
 
 // ---- driver --------------------------------------------------------------------------------

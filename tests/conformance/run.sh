@@ -88,7 +88,7 @@ done
 set +e
 AGUI_URL="$ADAPTER_URL" AGUI_CWD="$WORK/workspace" FAKE_KERNEL_URL="$KERNEL_URL" \
   AGUI_HEARTBEAT_INTERVAL=0.2 \
-  timeout 125 node "$HERE/run.mjs"
+  timeout 125 node "$HERE/run.mjs" "$@"
 RC=$?
 set -e
 exit "$RC"
