@@ -261,6 +261,14 @@ pub enum A2aStream {
 }
 
 impl A2aStream {
+    /// Whether the next result is already buffered (the caller may batch its output).
+    pub fn has_buffered(&self) -> bool {
+        match self {
+            A2aStream::One(v) => v.is_some(),
+            A2aStream::Sse(events) => events.has_ready(),
+        }
+    }
+
     /// The next JSON-RPC `result`, `Ok(None)` at the end of the stream.
     pub fn next_result(&mut self) -> Result<Option<Value>, Error> {
         match self {

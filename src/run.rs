@@ -417,14 +417,18 @@ impl<'a> RunCtx<'a> {
                 Ok(None) => return Pumped::Eof,
                 Err(e) => return Pumped::Err(e),
             };
-            if let Some(p) = self.project(&item) {
+            // Items already buffered upstream go out in one write with this one: fewer
+            // syscalls under load, and no added latency (we flush before we would block).
+            if let Some(p) = self.project(&item, upstream.has_buffered()) {
                 return p;
             }
         }
     }
 
     /// Projects one item, persisting newly learned identities first. `Some` ends the pump.
-    fn project(&mut self, item: &Value) -> Option<Pumped> {
+    /// Projects one item, persisting newly learned identities first; the events wait for the
+    /// next item when `more` says one is already buffered. `Some` ends the pump.
+    fn project(&mut self, item: &Value, more: bool) -> Option<Pumped> {
         let end = match self.proj.on_item(item, &mut self.out) {
             Ok(end) => end,
             Err(e) => return Some(Pumped::Err(e)),
@@ -432,7 +436,7 @@ impl<'a> RunCtx<'a> {
         if let Err(e) = self.learn_identities() {
             return Some(Pumped::Err(e));
         }
-        if !self.flush() {
+        if (!more || end.is_some()) && !self.flush() {
             return Some(Pumped::ClientGone);
         }
         end.map(Pumped::End)
@@ -440,10 +444,19 @@ impl<'a> RunCtx<'a> {
 
     /// The task and session ids are recovery-critical: written before the run goes on.
     fn learn_identities(&mut self) -> Result<(), Error> {
+        let exec_task = self
+            .doc
+            .execution
+            .as_ref()
+            .and_then(|e| e.task_id.as_deref());
+        let changed_task = self.proj.task_id().is_some() && exec_task != self.proj.task_id();
+        let changed_session = self.proj.session_id().is_some()
+            && self.doc.iac_code_session_id.as_deref() != self.proj.session_id();
+        if !changed_task && !changed_session {
+            return Ok(());
+        }
         let task = self.proj.task_id().map(String::from);
         let session = self.proj.session_id().map(String::from);
-        let changed_task = task.is_some() && self.exec().task_id != task;
-        let changed_session = session.is_some() && self.doc.iac_code_session_id != session;
         if changed_task {
             self.exec().task_id = task.clone();
             *self.active.task_id.lock() = task;
@@ -451,10 +464,7 @@ impl<'a> RunCtx<'a> {
         if changed_session {
             self.doc.iac_code_session_id = session;
         }
-        if changed_task || changed_session {
-            self.save()?;
-        }
-        Ok(())
+        self.save()
     }
 
     fn conclude(&mut self, pumped: Pumped) -> FinishAs {
@@ -713,7 +723,7 @@ impl<'a> RunCtx<'a> {
                 return FinishAs::Error(e);
             }
             self.cancel_on_disconnect();
-            if let Some(p) = self.project(&first) {
+            if let Some(p) = self.project(&first, false) {
                 return self.conclude(p);
             }
             if i == last {

@@ -102,6 +102,11 @@ impl<R: Read> EventReader<R> {
         }
     }
 
+    /// Whether an event is already parsed and waiting: the next call returns without reading.
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// The next event's data, or `None` at the end of the stream.
     pub fn next_event(&mut self) -> io::Result<Option<Vec<u8>>> {
         let mut out = Vec::new();

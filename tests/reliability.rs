@@ -36,6 +36,11 @@ fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_stil
     let k = FakeKernel::start();
     let mut a = Adapter::start(&k.url);
     let mut rng = Rng(0x5eed);
+    // Kill anywhere within the time one whole run takes here (measured, so a slow or loaded
+    // machine still gets kills on both sides of the interrupt write).
+    let t0 = Instant::now();
+    a.run(&a.request("t-kill-calibrate", "r1", "scenario:permission"));
+    let window = (t0.elapsed().as_micros() as u64 * 3 / 2).max(1_000);
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut resumed = 0;
     for i in 0..100 {
@@ -54,7 +59,7 @@ fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_stil
                 .send(serde_json::to_vec(&body).unwrap())
                 .map(|r| r.into_body().read_to_string());
         });
-        std::thread::sleep(Duration::from_micros(rng.next() % 8_000));
+        std::thread::sleep(Duration::from_micros(rng.next() % window));
         a.restart();
         let _ = client.join();
         // Every state file parses.
@@ -266,7 +271,7 @@ fn five_hundred_concurrent_runs_deliver_every_event_in_order() {
             std::thread::Builder::new()
                 .stack_size(128 * 1024)
                 .spawn(move || -> Result<usize, String> {
-                    let resp = agent()
+                    let resp = long_agent()
                         .post(format!("{url}/"))
                         .header("Content-Type", "application/json")
                         .header("Accept", "text/event-stream")

@@ -193,6 +193,15 @@ pub fn agent() -> ureq::Agent {
         .into()
 }
 
+/// For streams held longer than `agent`'s 30 s overall limit: bounded per read instead.
+pub fn long_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_per_read(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
 /// What a POST / answered: the HTTP status and either the JSON error or the SSE events.
 #[derive(Debug)]
 pub struct RunResult {
