@@ -5,12 +5,17 @@ use std::io::Read;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
-    for b in digest {
-        hex.push_str(&format!("{b:02x}"));
+    hex(&Sha256::digest(bytes))
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
     }
-    hex
+    out
 }
 
 /// The A2A context of an AG-UI thread: `agui-` + the first 40 hex digits of SHA-256(threadId),
@@ -43,7 +48,7 @@ pub fn uuid_v4() -> String {
     }
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let h = hex(&b);
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],
@@ -92,8 +97,7 @@ pub fn thread_key(thread_id: &str) -> String {
     if is_plain_key(thread_id) {
         return thread_id.to_string();
     }
-    let hex: String = thread_id.bytes().map(|b| format!("{b:02x}")).collect();
-    let stem = format!("aguiid~{hex}");
+    let stem = format!("aguiid~{}", hex(thread_id.as_bytes()));
     if stem.len() <= 200 {
         stem
     } else {

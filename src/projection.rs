@@ -10,6 +10,7 @@ use crate::error::{Code, Error, Lang};
 use crate::ids::sha256_hex;
 use crate::interrupts;
 use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The pipeline `eventType`s that travel as `iac-code.pipeline.v1` CUSTOM events: exactly the spec's
@@ -106,8 +107,9 @@ pub struct Projection {
     text: Option<String>,
     /// Open pipeline messages (parallel sub-pipelines may stream at once).
     pipeline_texts: Vec<String>,
-    /// Accumulated text per message of this run, for the replay digests.
-    texts: HashMap<String, String>,
+    /// A running SHA-256 of the text of each message of this run, for the replay digests (the
+    /// text itself is never kept).
+    texts: HashMap<String, Sha256>,
     text_emitted: bool,
     reasoning: Option<String>,
     tools: HashMap<String, Tool>,
@@ -192,8 +194,9 @@ impl Projection {
     /// The durable facts to persist: open steps, sequence, digests of the text emitted so far.
     pub fn durable(&self) -> Durable {
         let mut d = self.durable.clone();
-        for text in self.texts.values() {
-            d.text_digests.insert(sha256_hex(text.as_bytes()));
+        for hasher in self.texts.values() {
+            d.text_digests
+                .insert(crate::ids::hex(&hasher.clone().finalize()));
         }
         d
     }
@@ -521,12 +524,18 @@ impl Projection {
             ));
             self.text = Some(id.to_string());
         }
-        self.push_content(id, &text, out);
+        self.push_content(id, text, out);
     }
 
     fn push_content(&mut self, id: &str, text: &str, out: &mut Vec<Value>) {
         self.text_emitted = true;
-        self.texts.entry(id.to_string()).or_default().push_str(text);
+        match self.texts.get_mut(id) {
+            Some(hasher) => hasher.update(text.as_bytes()),
+            None => {
+                self.texts
+                    .insert(id.to_string(), Sha256::new_with_prefix(text.as_bytes()));
+            }
+        }
         out.push(self.event(
             "TEXT_MESSAGE_CONTENT",
             json!({"messageId": id, "delta": text}),
@@ -535,12 +544,12 @@ impl Projection {
 
     /// After a resume the kernel may replay a message from its start: the first text of each message
     /// loses the longest prefix whose digest an earlier run recorded.
-    fn strip_replayed(&mut self, id: &str, text: &str) -> Option<String> {
+    fn strip_replayed<'t>(&mut self, id: &str, text: &'t str) -> Option<&'t str> {
         if !self.resumed
             || self.durable.text_digests.is_empty()
             || !self.replay_checked.insert(id.to_string())
         {
-            return Some(text.to_string());
+            return Some(text);
         }
         let cut = text
             .char_indices()
@@ -556,8 +565,8 @@ impl Projection {
             });
         match cut {
             Some(i) if i == text.len() => None,
-            Some(i) => Some(text[i..].to_string()),
-            None => Some(text.to_string()),
+            Some(i) => Some(&text[i..]),
+            None => Some(text),
         }
     }
 
@@ -829,7 +838,7 @@ impl Projection {
             ));
             self.pipeline_texts.push(id.to_string());
         }
-        self.push_content(id, &text, out);
+        self.push_content(id, text, out);
     }
 
     fn open_step(&mut self, key: &str, out: &mut Vec<Value>) {

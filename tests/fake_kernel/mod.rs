@@ -60,6 +60,9 @@ pub enum Step {
         count: usize,
         gap_ms: u64,
     },
+    /// `count` agent text events `t0 `, `t1 `, … as fast as the socket takes them: frames are
+    /// rendered once and written 256 at a time, so the fake is never the bottleneck of a bench.
+    Flood(usize),
 }
 
 #[derive(Clone)]
@@ -776,6 +779,27 @@ fn play(
                     std::thread::sleep(Duration::from_millis(*gap_ms));
                 }
             }
+            Step::Flood(count) => {
+                let template = json!({"jsonrpc": "2.0", "id": vars.id, "result": subst(&json!({"statusUpdate": {
+                    "taskId": "$TASK", "contextId": "$CTX", "status": {"state": "TASK_STATE_WORKING",
+                    "message": {"messageId": "$TASK-message", "contextId": "$CTX", "taskId": "$TASK", "role": "ROLE_AGENT",
+                    "parts": [{"text": "@@TEXT@@"}]}}, "metadata": {"iac_code": {"iacCodeSessionId": "$SESSION"}}}}), vars)})
+                .to_string();
+                let (head, tail) = template.split_once("@@TEXT@@").unwrap();
+                let mut buf = Vec::with_capacity(256 * (template.len() + 16));
+                for i in 0..*count {
+                    buf.extend_from_slice(b"data: ");
+                    buf.extend_from_slice(head.as_bytes());
+                    buf.extend_from_slice(format!("t{i} ").as_bytes());
+                    buf.extend_from_slice(tail.as_bytes());
+                    buf.extend_from_slice(b"\n\n");
+                    if i % 256 == 255 {
+                        out.write_all(&buf)?;
+                        buf.clear();
+                    }
+                }
+                out.write_all(&buf)?;
+            }
             Step::PipelineLog(ev) => {
                 if let Some(t) = state.tasks.lock().unwrap().get_mut(&vars.task) {
                     t.pipeline.push(subst(ev, vars));
@@ -1025,12 +1049,7 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
         "panic" => vec![working_text("before "), working_text("__iac_code_agui_test_panic__"), done()],
         "numbered" => (0..20).map(|i| working_text(&format!("[{i}]"))).chain([done()]).collect(),
         "slow-numbered" => vec![Step::Numbered { count: 100_000, gap_ms: 100 }, done()],
-        n if n.starts_with("flood-") => {
-            let count: usize = n["flood-".len()..].parse().ok()?;
-            let mut s: Vec<Step> = (0..count).map(|i| working_text(&format!("t{i} "))).collect();
-            s.push(done());
-            s
-        }
+        n if n.starts_with("flood-") => vec![Step::Flood(n["flood-".len()..].parse().ok()?), done()],
         _ => return None,
     })
 }
