@@ -43,7 +43,9 @@ if [ -z "${SKIP_STATIC:-}" ]; then
   RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release --target x86_64-unknown-linux-gnu
   bin=target/x86_64-unknown-linux-gnu/release/iac-code-agui
   file "$bin"
-  file "$bin" | grep -q "statically linked"
+  # glibc's crt-static gives a static PIE: `file` says "static-pie linked"; either way no loader.
+  file "$bin" | grep -Eq "statically linked|static-pie linked"
+  if ldd "$bin" 2>/dev/null | grep -q "=>"; then echo "$bin loads shared libraries" >&2; exit 1; fi
   "$bin" --version
   ls -l "$bin"
 fi
