@@ -64,21 +64,31 @@ fn a_non_loopback_a2a_url_is_refused_at_start_up() {
     assert!(text.contains("loopback"), "{text}");
 }
 
-#[test]
-fn a_missing_kernel_exits_non_zero_and_says_how_to_install_it() {
-    let state = temp_dir("nokernel");
+/// Starts the adapter with a managed kernel of `command` and waits for it to exit.
+fn with_kernel_command(name: &str, command: &str) -> (Option<i32>, String) {
+    let state = temp_dir(name);
+    let port = free_port().to_string();
     let out = Command::new(BIN)
         .args([
             "--port",
-            &free_port().to_string(),
+            &port,
             "--state-dir",
             state.to_str().unwrap(),
+            "--a2a-command",
+            command,
         ])
-        .args(["--a2a-command", "/nonexistent/iac-code a2a"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_missing_kernel_exits_non_zero_and_says_how_to_install_it() {
+    let (code, err) = with_kernel_command("nokernel", "/nonexistent/iac-code a2a");
+    assert_eq!(code, Some(1));
     assert!(
         err.contains("pip install \"iac-code[a2a]==0.16.0\""),
         "{err}"
@@ -87,19 +97,9 @@ fn a_missing_kernel_exits_non_zero_and_says_how_to_install_it() {
 
 #[test]
 fn a_kernel_that_dies_at_start_up_is_reported() {
-    let state = temp_dir("badkernel");
-    let out = Command::new(BIN)
-        .args([
-            "--port",
-            &free_port().to_string(),
-            "--state-dir",
-            state.to_str().unwrap(),
-        ])
-        .args(["--a2a-command", "false"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("exited"));
+    let (code, err) = with_kernel_command("badkernel", "false");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("exited"), "{err}");
 }
 
 fn kernel_pid(log: &str) -> Option<(u32, u16)> {

@@ -2,26 +2,15 @@
 //! projection never panic on any input, and the projection closes every span it opens whatever
 //! the upstream sends. `FUZZ_ITERS` raises the iteration count (default 20,000 per target).
 
+mod common;
+
+use common::Rng;
 use iac_code_agui::error::Lang;
 use iac_code_agui::input::parse_run;
 use iac_code_agui::projection::{check_spans, FinishAs, Projection, RunIds};
 use iac_code_agui::sse::Parser;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 fn iters() -> usize {
     std::env::var("FUZZ_ITERS")

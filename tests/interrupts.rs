@@ -52,11 +52,7 @@ fn a_permission_wait_ends_the_run_with_a_complete_interrupt() {
         ]
     );
     assert_balanced(&r.events);
-    let golden: Vec<Value> = include_str!("data/permission-flow.run1.agui.sse")
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let golden: Vec<Value> = data_lines(include_str!("data/permission-flow.run1.agui.sse"));
     let mut want = golden.last().unwrap()["outcome"]["interrupts"][0].clone();
     // Ours adds the expiry the spec asks for and writes schemaVersion as the integer 1.
     want["expiresAt"] = i["expiresAt"].clone();
@@ -146,11 +142,7 @@ fn a_resume_continues_the_same_task_and_streams_what_the_reference_streamed() {
     let r = a.run(&a.resume_request("thread-tap-1", "run-tap-2", allow(&i["id"])));
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
     assert_balanced(&r.events);
-    let golden: Vec<Value> = include_str!("data/permission-flow.run2-resume.agui.sse")
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let golden: Vec<Value> = data_lines(include_str!("data/permission-flow.run2-resume.agui.sse"));
     let types = |v: &[Value]| {
         v.iter()
             .map(|e| e["type"].as_str().unwrap().to_string())

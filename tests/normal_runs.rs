@@ -220,11 +220,7 @@ fn a_normal_turn_streams_what_the_reference_adapter_streamed() {
     let r = a.run(&a.request(thread, "run-1", "Say hello in one sentence."));
     assert_eq!(r.status, 200);
     assert!(r.content_type.starts_with("text/event-stream"));
-    let golden: Vec<Value> = include_str!("data/normal-turn.agui.sse")
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let golden: Vec<Value> = data_lines(include_str!("data/normal-turn.agui.sse"));
     let ours_task = r.session()["taskId"].as_str().unwrap().to_string();
     assert_eq!(
         normalise(&r.events, &ours_task),

@@ -1,17 +1,13 @@
 //! Ground truth: the real kernel's recorded A2A streams fed through the projection (no sockets)
 //! give the reference adapter's recorded AG-UI streams, event by event, ids and timestamps aside.
 
+mod common;
+
+use common::data_lines;
 use iac_code_agui::error::Lang;
 use iac_code_agui::interrupts;
 use iac_code_agui::projection::{Durable, End, FinishAs, Projection, RunIds};
 use serde_json::{json, Value};
-
-fn data_lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// Drops what legitimately differs: timestamps and the values of id fields.
 fn strip(events: &[Value]) -> Vec<Value> {

@@ -20,17 +20,6 @@ fn thread_count(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-/// A tiny deterministic PRNG (xorshift64*), so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 #[test]
 fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_still_resume() {
     let k = FakeKernel::start();

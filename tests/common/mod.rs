@@ -425,3 +425,27 @@ impl Drop for Immutable {
         let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
     }
 }
+
+/// A tiny deterministic PRNG (xorshift64*), so randomized tests reproduce.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// The `data:` payloads of a recorded SSE stream, as JSON.
+pub fn data_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
