@@ -3,43 +3,11 @@
 
 mod common;
 
-use common::data_lines;
+use common::{data_lines, without_ids};
 use iac_code_agui::error::Lang;
 use iac_code_agui::interrupts;
 use iac_code_agui::projection::{Durable, End, FinishAs, Projection, RunIds};
 use serde_json::{json, Value};
-
-/// Drops what legitimately differs: timestamps and the values of id fields.
-fn strip(events: &[Value]) -> Vec<Value> {
-    events
-        .iter()
-        .map(|e| {
-            let mut e = e.clone();
-            let o = e.as_object_mut().unwrap();
-            o.remove("timestamp");
-            for k in ["threadId", "runId", "messageId"] {
-                if o.contains_key(k) {
-                    o.insert(k.into(), json!("$id"));
-                }
-            }
-            if let Some(v) = o.get_mut("value").and_then(Value::as_object_mut) {
-                for k in [
-                    "threadId",
-                    "aguiRunId",
-                    "executionId",
-                    "contextId",
-                    "taskId",
-                    "sessionId",
-                ] {
-                    if v.contains_key(k) {
-                        v.insert(k.into(), json!("$id"));
-                    }
-                }
-            }
-            e
-        })
-        .collect()
-}
 
 fn project(
     items: &[Value],
@@ -88,7 +56,11 @@ fn the_recorded_normal_turn_projects_to_the_recorded_agui_stream() {
     let (ours, end) = project(&items, "bdd96997-fc99-4760-9d7c-64466b091e18", None);
     assert_eq!(end, Some(End::Success));
     let golden = data_lines(include_str!("data/normal-turn.agui.sse"));
-    assert_eq!(strip(&ours), strip(&golden));
+    // The two captures are different turns: their task ids differ, the message ids follow them.
+    assert_eq!(
+        without_ids(&ours, "88b24f14-1984-4a52-9ab9-b44c1ac2ba2d"),
+        without_ids(&golden, "4c0dde0f-2c97-4a63-953c-c18ee9a20c1e")
+    );
     // Message ids keep the kernel's message id, as the reference's do.
     assert_eq!(
         ours[2]["messageId"],
@@ -128,7 +100,7 @@ fn the_recorded_permission_flow_projects_to_the_recorded_interrupt_and_resume() 
     // The reference sets no expiry and copies the kernel's float schemaVersion; ours fixes both.
     last["outcome"]["interrupts"][0]["expiresAt"] = json!("2026-01-01T00:00:00Z");
     last["outcome"]["interrupts"][0]["metadata"]["schemaVersion"] = json!(1);
-    assert_eq!(strip(&run1), strip(&golden1));
+    assert_eq!(without_ids(&run1, ""), without_ids(&golden1, ""));
 
     let (run2, end) = project(
         &streams[1],
@@ -140,5 +112,5 @@ fn the_recorded_permission_flow_projects_to_the_recorded_interrupt_and_resume() 
     );
     assert_eq!(end, Some(End::Success));
     let golden2 = data_lines(include_str!("data/permission-flow.run2-resume.agui.sse"));
-    assert_eq!(strip(&run2), strip(&golden2));
+    assert_eq!(without_ids(&run2, ""), without_ids(&golden2, ""));
 }
