@@ -33,15 +33,14 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // The HTTP libraries stay at warn even with --debug: their debug lines carry request headers,
-    // and the upstream request carries the bearer token.
-    let level = if config.debug {
-        "debug,ureq=warn,ureq_proto=warn,tiny_http=warn"
-    } else {
-        "info"
-    };
+    // The HTTP libraries stay at warn whatever --debug or RUST_LOG say: their debug lines carry
+    // request headers, and the upstream request carries the bearer token.
+    let level = if config.debug { "debug" } else { "info" };
     let mut logger =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level));
+    for noisy in ["ureq", "ureq_proto", "tiny_http"] {
+        logger.filter_module(noisy, log::LevelFilter::Warn);
+    }
     if config.log_stdout {
         logger.target(env_logger::Target::Stdout);
     }
