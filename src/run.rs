@@ -674,7 +674,8 @@ impl<'a> RunCtx<'a> {
                 "该 execution 已按 Interrupt 响应取消。",
             )));
         }
-        // 4. The answers, in order; each leaves the durable pending state once A2A accepted it.
+        // 4. The answers, in the order given; each leaves the durable pending state once A2A
+        // accepted it.
         let last = answers.len() - 1;
         for (i, (entry, answer)) in answers.into_iter().enumerate() {
             let Answer::Message {

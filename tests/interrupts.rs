@@ -585,3 +585,52 @@ fn after_a_resumed_success_the_next_turn_takes_a_new_invocation_on_the_same_sess
     assert_eq!(last["contextId"], first.session()["contextId"]);
     assert!(last.get("taskId").is_none());
 }
+
+#[test]
+fn concurrent_side_waits_are_announced_together_and_each_answered_once() {
+    let (k, a) = setup();
+    let r = a.run(&a.request("t-side", "r1", "scenario:side-waits"));
+    let ids: Vec<Value> = r.interrupts().iter().map(|i| i["id"].clone()).collect();
+    assert_eq!(ids, [json!("permission-c1"), json!("permission-c2")]);
+    let state = a.state_file("t-side");
+    assert_eq!(
+        state["execution"]["pending"]["permission-c2"]["sideband"],
+        true
+    );
+    // Half an answer is incomplete and reaches nothing.
+    let one = json!([{"interruptId": "permission-c1", "status": "resolved", "payload": {"decision": "allow_once"}}]);
+    assert_eq!(
+        a.run(&a.resume_request("t-side", "r2", one)).error_code(),
+        "INCOMPLETE_RESUME"
+    );
+    let both = json!([
+        {"interruptId": "permission-c2", "status": "resolved", "payload": {"decision": "allow_once"}},
+        {"interruptId": "permission-c1", "status": "cancelled"}
+    ]);
+    let r = a.run(&a.resume_request("t-side", "r3", both));
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    assert_eq!(r.text(), "Both approved.");
+    assert_balanced(&r.events);
+    let answers: Vec<Value> = k
+        .calls("SendStreamingMessage")
+        .into_iter()
+        .filter(|c| c["body"]["params"]["message"]["taskId"].is_string())
+        .map(|c| c["body"]["params"]["message"]["parts"][0]["data"].clone())
+        .collect();
+    assert_eq!(answers.len(), 2, "one sideband message per interrupt");
+    let decision = |id: &str| {
+        answers
+            .iter()
+            .find(|d| d["inputId"] == id)
+            .map(|d| d["decision"].clone())
+    };
+    assert_eq!(
+        decision("permission-c1"),
+        Some(json!("deny")),
+        "cancelled permission = deny"
+    );
+    assert_eq!(decision("permission-c2"), Some(json!("allow_once")));
+    let state = a.state_file("t-side");
+    assert_eq!(state["execution"]["pending"], json!({}));
+    assert_eq!(state["appliedResumeDigests"].as_array().unwrap().len(), 2);
+}

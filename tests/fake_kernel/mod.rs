@@ -60,6 +60,12 @@ pub enum Step {
         count: usize,
         gap_ms: u64,
     },
+    /// Several permission waits at once (`input` plus `pendingPermissions[]`); every one must be
+    /// answered before the task goes on with `then`.
+    SideWaits {
+        envelopes: Vec<Value>,
+        then: Vec<Step>,
+    },
     /// `count` agent text events `t0 `, `t1 `, … as fast as the socket takes them: frames are
     /// rendered once and written 256 at a time, so the fake is never the bottleneck of a bench.
     Flood(usize),
@@ -71,6 +77,8 @@ struct Task {
     context: String,
     state: String,
     input: Option<Value>,
+    /// Further permission waits pending beside `input` (pipeline side waits).
+    side: Vec<Value>,
     continuation: Option<(Vec<Step>, Vec<Step>, Vec<Step>)>,
     cancelled: Arc<AtomicBool>,
     pipeline: Vec<Value>,
@@ -329,6 +337,8 @@ fn task_json(t: &Task) -> Value {
     let mut iac = json!({});
     if let Some(input) = &t.input {
         iac["input"] = input.clone();
+        let all: Vec<Value> = std::iter::once(input).chain(&t.side).cloned().collect();
+        iac["pendingPermissions"] = Value::Array(all);
     }
     json!({"id": t.id, "contextId": t.context, "status": {"state": t.state}, "metadata": {"iac_code": iac}})
 }
@@ -457,6 +467,20 @@ fn send_streaming(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io:
                 &rpc_error(req, -32602, "contextId does not match the task"),
             );
         }
+        // With side waits pending, the answer names which one it answers.
+        let answered = m["parts"][0]["data"]["inputId"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if let Some(i) = task
+            .side
+            .iter()
+            .position(|w| w["inputId"] == answered.as_str())
+        {
+            let w = task.side.remove(i);
+            task.side
+                .insert(0, task.input.replace(w).unwrap_or(Value::Null));
+        }
         let (Some(input), Some((allow, deny, answer))) =
             (task.input.clone(), task.continuation.clone())
         else {
@@ -521,6 +545,18 @@ fn send_streaming(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io:
         };
         let first = json!({"statusUpdate": {"taskId": task_id, "contextId": ctx, "status": {"state": "TASK_STATE_WORKING"},
             "metadata": {"iac_code": {"inputReceived": {"kind": input["kind"], "inputId": input["inputId"], "toolUseId": input["toolUseId"], "via": received}}}}});
+        if !task.side.is_empty() {
+            // Other waits remain: acknowledge this answer and end the stream, still waiting.
+            task.input = Some(task.side.remove(0));
+            let id = req["id"].clone();
+            drop(tasks);
+            let mut out = conn;
+            out.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+            )?;
+            let line = json!({"jsonrpc": "2.0", "id": id, "result": first});
+            return out.write_all(format!("data: {line}\n\n").as_bytes());
+        }
         task.input = None;
         task.continuation = None;
         task.state = "TASK_STATE_WORKING".into();
@@ -563,6 +599,7 @@ fn send_streaming(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io:
                 context: ctx.clone(),
                 state: "TASK_STATE_WORKING".into(),
                 input: None,
+                side: Vec::new(),
                 continuation: None,
                 cancelled: Arc::new(AtomicBool::new(false)),
                 pipeline: Vec::new(),
@@ -743,6 +780,23 @@ fn play(
                 if envelope["kind"] == "permission" {
                     iac["permission"] = json!({"autoApproved": false, "pending": true, "toolUseId": envelope["toolUseId"], "toolName": envelope["toolName"]});
                 }
+                emit(
+                    out,
+                    vars,
+                    &json!({"statusUpdate": {"taskId": "$TASK", "contextId": "$CTX",
+                    "status": {"state": "TASK_STATE_INPUT_REQUIRED"}, "metadata": {"iac_code": iac}}}),
+                )?;
+                return Ok(());
+            }
+            Step::SideWaits { envelopes, then } => {
+                let all: Vec<Value> = envelopes.iter().map(|e| subst(e, vars)).collect();
+                if let Some(t) = state.tasks.lock().unwrap().get_mut(&vars.task) {
+                    t.state = "TASK_STATE_INPUT_REQUIRED".into();
+                    t.input = all.first().cloned();
+                    t.side = all[1..].to_vec();
+                    t.continuation = Some((then.clone(), then.clone(), then.clone()));
+                }
+                let iac = json!({"input": all[0], "pendingPermissions": all, "iacCodeSessionId": "$SESSION"});
                 emit(
                     out,
                     vars,
@@ -1046,6 +1100,21 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
             done(),
         ],
         "pipeline" => pipeline_flow(),
+        "side-waits" => {
+            let side = |id: &str, tool: &str, cand: &str| {
+                let mut e = permission_envelope(id, tool);
+                e["scope"] = json!("candidate");
+                e["subPipelineId"] = json!(cand);
+                e
+            };
+            vec![
+                working_text("Two candidates need approval. "),
+                Step::SideWaits {
+                    envelopes: vec![side("permission-c1", "call_c1", "c1"), side("permission-c2", "call_c2", "c2")],
+                    then: vec![working_text("Both approved."), done()],
+                },
+            ]
+        }
         "panic" => vec![working_text("before "), working_text("__iac_code_agui_test_panic__"), done()],
         "numbered" => (0..20).map(|i| working_text(&format!("[{i}]"))).chain([done()]).collect(),
         "slow-numbered" => vec![Step::Numbered { count: 100_000, gap_ms: 100 }, done()],
