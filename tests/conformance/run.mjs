@@ -309,26 +309,22 @@ function expect(rec, cond, message) {
   return cond;
 }
 
-function expectSuccess(rec) {
+function expectOutcome(rec, type) {
   const l = last(rec);
   expect(
     rec,
-    l?.type === EventType.RUN_FINISHED && l.outcome?.type === "success",
-    `want RUN_FINISHED outcome success, got ${l ? short(safeJson(stripTs(l)), 250) : "nothing"}`,
+    l?.type === EventType.RUN_FINISHED && l.outcome?.type === type,
+    `want RUN_FINISHED outcome ${type}, got ${l ? short(safeJson(stripTs(l)), 250) : "nothing"}`,
   );
-  expect(rec, rec.finished?.outcome === "success", `client saw outcome ${rec.finished?.outcome ?? "none"}, want success`);
+  expect(rec, rec.finished?.outcome === type, `client saw outcome ${rec.finished?.outcome ?? "none"}, want ${type}`);
+}
+
+function expectSuccess(rec) {
+  expectOutcome(rec, "success");
   expect(rec, rec.runErrorEvents.length === 0, `unexpected RUN_ERROR: ${safeJson(rec.runErrorEvents.map(stripTs))}`);
 }
 
-function expectInterrupt(rec) {
-  const l = last(rec);
-  expect(
-    rec,
-    l?.type === EventType.RUN_FINISHED && l.outcome?.type === "interrupt",
-    `want RUN_FINISHED outcome interrupt, got ${l ? short(safeJson(stripTs(l)), 250) : "nothing"}`,
-  );
-  expect(rec, rec.finished?.outcome === "interrupt", `client saw outcome ${rec.finished?.outcome ?? "none"}, want interrupt`);
-}
+const expectInterrupt = (rec) => expectOutcome(rec, "interrupt");
 
 function expectRunError(rec, code) {
   const l = last(rec);

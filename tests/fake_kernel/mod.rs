@@ -1156,6 +1156,7 @@ fn pipe_batch(events: Vec<Value>) -> Step {
 /// state; the resumed stream replays an old event and old text.
 pub fn pipeline_flow() -> Vec<Step> {
     let c = |id: &str| json!({"candidate": {"id": id}, "scope": "candidate"});
+    let ctext = |id: &str, text: &str| json!({"candidate": {"id": id}, "candidateStep": {"id": "plan"}, "scope": "candidate", "data": {"text": text}});
     let cs = |id: &str, step: &str| json!({"candidate": {"id": id}, "candidateStep": {"id": step}, "scope": "candidate"});
     let run1 = vec![
         pipe_step(
@@ -1180,26 +1181,10 @@ pub fn pipeline_flow() -> Vec<Step> {
             pipe("candidate_step_started", 9, cs("c1", "plan")),
             pipe("candidate_step_started", 10, cs("c2", "plan")),
         ]),
-        pipe_step("text_delta", 11, {
-            let mut v = cs("c1", "plan");
-            v["data"] = json!({"text": "Plan A: ECS"});
-            v
-        }),
-        pipe_step("text_delta", 12, {
-            let mut v = cs("c2", "plan");
-            v["data"] = json!({"text": "Plan B: ACK"});
-            v
-        }),
-        pipe_step("text_delta", 11, {
-            let mut v = cs("c1", "plan");
-            v["data"] = json!({"text": "Plan A: ECS"});
-            v
-        }),
-        pipe_step("text_delta", 13, {
-            let mut v = cs("c1", "plan");
-            v["data"] = json!({"text": " with SLB"});
-            v
-        }),
+        pipe_step("text_delta", 11, ctext("c1", "Plan A: ECS")),
+        pipe_step("text_delta", 12, ctext("c2", "Plan B: ACK")),
+        pipe_step("text_delta", 11, ctext("c1", "Plan A: ECS")),
+        pipe_step("text_delta", 13, ctext("c1", " with SLB")),
         pipe_step(
             "thinking_delta",
             14,
