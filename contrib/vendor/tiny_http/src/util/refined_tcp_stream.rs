@@ -121,6 +121,14 @@ impl RefinedTcpStream {
     pub(crate) fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
         self.stream.peer_addr()
     }
+
+    /// iac-code-agui patch: a clone of the underlying TCP socket, for plain TCP connections.
+    pub(crate) fn tcp_clone(&self) -> Option<std::net::TcpStream> {
+        match &self.stream {
+            Stream::Http(crate::connection::Connection::Tcp(s)) => s.try_clone().ok(),
+            _ => None,
+        }
+    }
 }
 
 impl Drop for RefinedTcpStream {
