@@ -28,6 +28,8 @@ pub struct Config {
     pub a2a_idle_timeout: Duration,
     pub kernel_start_timeout: Duration,
     pub workers: usize,
+    /// A client that accepts no bytes of its stream for this long is dropped (its run cancelled).
+    pub write_timeout: Duration,
 }
 
 /// What the command line asked for.
@@ -59,6 +61,7 @@ Options:
   --a2a-idle-timeout SECS     fail a run whose upstream is silent this long, 0 = never (default 900)
   --kernel-start-timeout SECS wait this long for the managed kernel's /health (default 60)
   --workers N                 HTTP worker threads (default 8)
+  --write-timeout SECS        drop a client that accepts no bytes for SECS (default 60)
   --debug                     debug logging
   --log-stdout                log to stdout instead of stderr
   --config FILE               YAML file with the keys above (flat `key: value`)
@@ -83,6 +86,7 @@ const FLAGS: &[(&str, bool)] = &[
     ("a2a-idle-timeout", true),
     ("kernel-start-timeout", true),
     ("workers", true),
+    ("write-timeout", true),
     ("debug", false),
     ("log-stdout", false),
     ("config", true),
@@ -199,9 +203,13 @@ impl Command {
                 60.0,
             )?,
             workers: number(get("workers"), "workers", 8usize)?.max(1),
+            write_timeout: seconds(get("write-timeout"), "write-timeout", 60.0)?,
         };
         if config.heartbeat.is_zero() {
             return Err("'--heartbeat-interval' must be above 0".into());
+        }
+        if config.write_timeout.is_zero() {
+            return Err("'--write-timeout' must be above 0".into());
         }
         Ok(Command::Run(Box::new(config)))
     }

@@ -215,7 +215,7 @@ fn start_run(app: &Arc<App>, req: Request, body: &[u8], accept_language: Option<
         .name("run".into())
         .stack_size(RUN_STACK)
         .spawn(move || {
-            let stream = match SseStream::start(req.into_writer()) {
+            let stream = match SseStream::open(req, app.config.write_timeout) {
                 Ok(s) => s,
                 Err(e) => {
                     log::info!("client left before the stream started: {e}");

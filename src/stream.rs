@@ -3,51 +3,114 @@
 //!
 //! A run's own thread blocks on the upstream read, so it cannot notice silence. One heartbeat thread
 //! wakes on a timer channel, writes `: heartbeat` to every stream idle for the interval, and is also
-//! how a client that went away is noticed while the upstream is silent: the failed write fires the
-//! stream's close hook, which cancels the A2A task and so unblocks the run thread.
+//! how a client that went away is noticed while the upstream is silent: a closed read side (peeked
+//! without reading), a failed write, or a heartbeat the client has not taken for the write timeout
+//! fires the stream's close hook, which cancels the A2A task and so unblocks the run thread.
+//!
+//! The heartbeat thread never waits on one stream: it skips a stream whose run thread is writing
+//! (that write has the socket's write timeout), and its own writes never block (`MSG_DONTWAIT`;
+//! what the socket does not take is kept and sent before anything else).
 
 use crate::sse;
 use crossbeam_channel::{select, tick, Receiver};
 use parking_lot::Mutex;
 use std::io::Write;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 type CloseHook = Box<dyn FnOnce() + Send>;
 
-/// One SSE response, chunk-encoded on the raw connection.
+/// One SSE response: chunk-encoded for HTTP/1.1, close-delimited for HTTP/1.0.
 pub struct SseStream {
     inner: Mutex<Inner>,
     closed: AtomicBool,
     on_close: Mutex<Option<CloseHook>>,
+    /// The connection itself (absent in unit tests): non-blocking heartbeats, peeks, shutdown.
+    socket: Option<TcpStream>,
+    chunked: bool,
+    write_timeout: Duration,
 }
 
 struct Inner {
-    writer: Box<dyn Write + Send>,
+    /// Where bytes go: the socket when there is one, else the response writer.
+    out: Box<dyn Write + Send>,
+    /// tiny_http's response writer: dropping it hands the connection back for the next request.
+    response: Option<Box<dyn Write + Send>>,
     last_write: Instant,
     frame: Vec<u8>,
+    /// Heartbeat bytes the socket has not taken yet; they go out before anything else.
+    backlog: Vec<u8>,
+    /// Since when `backlog` has been waiting.
+    stalled_since: Option<Instant>,
 }
 
-const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\n\
+const HEAD_CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\n\
 Content-Type: text/event-stream; charset=utf-8\r\n\
 Cache-Control: no-cache\r\n\
 X-Accel-Buffering: no\r\n\
 Transfer-Encoding: chunked\r\n\r\n";
 
+/// HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+const HEAD_CLOSE: &[u8] = b"HTTP/1.1 200 OK\r\n\
+Content-Type: text/event-stream; charset=utf-8\r\n\
+Cache-Control: no-cache\r\n\
+X-Accel-Buffering: no\r\n\
+Connection: close\r\n\r\n";
+
 impl SseStream {
-    /// Writes the response head; the stream is then ready for events.
-    pub fn start(mut writer: Box<dyn Write + Send>) -> std::io::Result<Arc<SseStream>> {
-        writer.write_all(HEAD)?;
-        writer.flush()?;
+    /// Takes over an admitted request's connection and writes the response head: chunked for
+    /// HTTP/1.1, close-delimited for HTTP/1.0. A client that accepts no bytes for `write_timeout`
+    /// is dropped.
+    pub fn open(
+        req: tiny_http::Request,
+        write_timeout: Duration,
+    ) -> std::io::Result<Arc<SseStream>> {
+        let version = req.http_version();
+        let chunked = (version.0, version.1) >= (1, 1);
+        let socket = req.socket();
+        if let Some(s) = &socket {
+            s.set_write_timeout(Some(write_timeout))?;
+            let _ = s.set_nodelay(true);
+        }
+        SseStream::with(req.into_writer(), socket, chunked, write_timeout)
+    }
+
+    /// A chunked stream on a plain writer (no socket: no peeking, heartbeats may block).
+    pub fn start(writer: Box<dyn Write + Send>) -> std::io::Result<Arc<SseStream>> {
+        SseStream::with(writer, None, true, Duration::from_secs(60))
+    }
+
+    fn with(
+        mut response: Box<dyn Write + Send>,
+        socket: Option<TcpStream>,
+        chunked: bool,
+        write_timeout: Duration,
+    ) -> std::io::Result<Arc<SseStream>> {
+        // The head goes through tiny_http's writer, which waits until earlier (pipelined)
+        // responses on this connection are out; from then on the socket is ours.
+        response.write_all(if chunked { HEAD_CHUNKED } else { HEAD_CLOSE })?;
+        response.flush()?;
+        let (out, response): (Box<dyn Write + Send>, _) = match &socket {
+            Some(s) => (Box::new(s.try_clone()?), Some(response)),
+            None => (response, None),
+        };
         Ok(Arc::new(SseStream {
             inner: Mutex::new(Inner {
-                writer,
+                out,
+                response,
                 last_write: Instant::now(),
                 frame: Vec::with_capacity(4096),
+                backlog: Vec::new(),
+                stalled_since: None,
             }),
             closed: AtomicBool::new(false),
             on_close: Mutex::new(None),
+            socket,
+            chunked,
+            write_timeout,
         }))
     }
 
@@ -74,8 +137,13 @@ impl SseStream {
         self.on_close.lock().take();
     }
 
+    /// The client is gone: nothing more is written, the connection is shut (so neither we nor
+    /// tiny_http wait on it again) and the close hook runs.
     fn mark_closed(&self) {
         if !self.closed.swap(true, Ordering::SeqCst) {
+            if let Some(s) = &self.socket {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
             let hook = self.on_close.lock().take();
             if let Some(h) = hook {
                 h();
@@ -96,6 +164,18 @@ impl SseStream {
         self.write_chunk(&body)
     }
 
+    fn frame_into(&self, frame: &mut Vec<u8>, body: &[u8]) {
+        frame.clear();
+        if self.chunked {
+            frame.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
+            frame.extend_from_slice(body);
+            frame.extend_from_slice(b"\r\n");
+        } else {
+            frame.extend_from_slice(body);
+        }
+    }
+
+    /// A blocking write (bounded by the socket's write timeout), after any heartbeat backlog.
     fn write_chunk(&self, body: &[u8]) -> bool {
         let ok = {
             let mut inner = self.inner.lock();
@@ -104,15 +184,21 @@ impl SseStream {
                 return false;
             }
             let Inner {
-                writer,
+                out,
                 last_write,
                 frame,
+                backlog,
+                stalled_since,
+                ..
             } = &mut *inner;
-            frame.clear();
-            frame.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
-            frame.extend_from_slice(body);
-            frame.extend_from_slice(b"\r\n");
-            let ok = writer.write_all(frame).and_then(|_| writer.flush()).is_ok();
+            self.frame_into(frame, body);
+            let mut ok = true;
+            if !backlog.is_empty() {
+                ok = out.write_all(backlog).is_ok();
+                backlog.clear();
+                *stalled_since = None;
+            }
+            ok = ok && out.write_all(frame).and_then(|_| out.flush()).is_ok();
             *last_write = Instant::now();
             ok
         };
@@ -122,27 +208,191 @@ impl SseStream {
         ok
     }
 
-    /// Writes a heartbeat if nothing was written for `interval`. `false`: the client is gone.
+    /// One heartbeat-thread visit: notices a client that closed its end, writes a heartbeat if
+    /// nothing was written for `interval`, never blocks. `false`: the client is gone.
     pub fn heartbeat_if_idle(&self, interval: Duration) -> bool {
-        let idle = self.inner.lock().last_write.elapsed() >= interval;
-        if idle {
-            self.write_chunk(sse::HEARTBEAT)
+        if self.is_closed() {
+            return false;
+        }
+        if self.peer_closed() {
+            log::debug!("client closed its end of the stream");
+            self.mark_closed();
+            return false;
+        }
+        // A busy stream is being written by its run thread, whose write has its own timeout.
+        let Some(mut inner) = self.inner.try_lock() else {
+            return true;
+        };
+        if self.is_closed() {
+            return false;
+        }
+        let ok = if !inner.backlog.is_empty() {
+            self.drain(&mut inner)
+        } else if inner.last_write.elapsed() >= interval {
+            let mut frame = Vec::with_capacity(32);
+            self.frame_into(&mut frame, sse::HEARTBEAT);
+            inner.backlog = frame;
+            inner.stalled_since = Some(Instant::now());
+            inner.last_write = Instant::now();
+            self.drain(&mut inner)
         } else {
-            !self.is_closed()
+            true
+        };
+        drop(inner);
+        if !ok {
+            self.mark_closed();
+        }
+        ok
+    }
+
+    /// Sends what the socket takes of the backlog now. `false`: the client is gone, or has taken
+    /// nothing for the write timeout.
+    fn drain(&self, inner: &mut Inner) -> bool {
+        let Some(socket) = &self.socket else {
+            // No socket (unit tests): a plain write.
+            let ok = inner
+                .out
+                .write_all(&inner.backlog)
+                .and_then(|_| inner.out.flush());
+            inner.backlog.clear();
+            inner.stalled_since = None;
+            return ok.is_ok();
+        };
+        while !inner.backlog.is_empty() {
+            match send_nonblocking(socket, &inner.backlog) {
+                Ok(0) => break,
+                Ok(n) => {
+                    inner.backlog.drain(..n);
+                    inner.stalled_since = Some(Instant::now());
+                }
+                Err(_) => return false,
+            }
+        }
+        if inner.backlog.is_empty() {
+            inner.stalled_since = None;
+            return true;
+        }
+        let stalled = inner
+            .stalled_since
+            .is_some_and(|t| t.elapsed() >= self.write_timeout);
+        if stalled {
+            log::info!(
+                "client took no bytes for {:?}; dropping it",
+                self.write_timeout
+            );
+        }
+        !stalled
+    }
+
+    /// Whether the client closed (or reset) its end: a peek that reads nothing at end of file.
+    fn peer_closed(&self) -> bool {
+        let Some(socket) = &self.socket else {
+            return false;
+        };
+        let mut byte = [0u8; 1];
+        // SAFETY: recv(2) into a local one-byte buffer; MSG_PEEK leaves the data where it is.
+        let n = unsafe {
+            libc::recv(
+                socket.as_raw_fd(),
+                byte.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n == 0 {
+            return true;
+        }
+        n < 0 && {
+            let e = std::io::Error::last_os_error();
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            )
         }
     }
 
-    /// Ends the chunked body; the connection may then serve the next request, so nothing (no
-    /// heartbeat either) may be written after this.
+    /// Ends the body: the last chunk for HTTP/1.1 (the connection may then serve the next
+    /// request, so nothing, no heartbeat either, may be written after this), the connection's
+    /// end for HTTP/1.0.
     pub fn finish(&self) {
         self.clear_on_close();
         let mut inner = self.inner.lock();
         if !self.closed.swap(true, Ordering::SeqCst) {
-            let _ = inner
-                .writer
-                .write_all(b"0\r\n\r\n")
-                .and_then(|_| inner.writer.flush());
+            let Inner { out, backlog, .. } = &mut *inner;
+            let mut ok = backlog.is_empty() || out.write_all(backlog).is_ok();
+            if self.chunked {
+                ok = ok && out.write_all(b"0\r\n\r\n").is_ok();
+            }
+            let _ = out.flush();
+            if !self.chunked || !ok {
+                if let Some(s) = &self.socket {
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                }
+            }
         }
+        // Hands the connection back to tiny_http (or lets it close it).
+        inner.response.take();
+    }
+
+    /// Shutdown: `events` then the end of the body, in one go, unless the run thread holds the
+    /// stream beyond `within` (a client not reading); then the connection is just shut. Whatever
+    /// the run thread writes afterwards is dropped.
+    pub fn abort(&self, events: &[serde_json::Value], within: Duration) {
+        if let Some(s) = &self.socket {
+            let _ = s.set_write_timeout(Some(within.max(Duration::from_millis(1))));
+        }
+        let Some(mut inner) = self.inner.try_lock_for(within) else {
+            self.mark_closed();
+            return;
+        };
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.clear_on_close();
+        let mut body = Vec::new();
+        for ev in events {
+            sse::push_data_frame(&mut body, &serde_json::to_vec(ev).unwrap_or_default());
+        }
+        let Inner {
+            out,
+            frame,
+            backlog,
+            response,
+            ..
+        } = &mut *inner;
+        self.frame_into(frame, &body);
+        if self.chunked {
+            frame.extend_from_slice(b"0\r\n\r\n");
+        }
+        let _ = out
+            .write_all(backlog)
+            .and_then(|_| out.write_all(frame))
+            .and_then(|_| out.flush());
+        if let Some(s) = &self.socket {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        response.take();
+    }
+}
+
+/// `send(2)` with `MSG_DONTWAIT`: `Ok(0)` when the socket takes nothing now.
+fn send_nonblocking(socket: &TcpStream, buf: &[u8]) -> std::io::Result<usize> {
+    // SAFETY: send(2) from a live slice on our own socket; MSG_NOSIGNAL: no SIGPIPE.
+    let n = unsafe {
+        libc::send(
+            socket.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n >= 0 {
+        return Ok(n as usize);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+        _ => Err(e),
     }
 }
 
