@@ -87,9 +87,16 @@ pub fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, new_turn: bool) -> V
 #[derive(Clone)]
 pub struct A2aClient {
     agent: ureq::Agent,
+    /// For `CancelTask`: a short overall deadline, so a hung kernel never holds a worker, a
+    /// disconnect or a shutdown for long.
+    control: ureq::Agent,
     base: String,
     token: Option<String>,
 }
+
+/// How long `CancelTask` may take in all (connect, send, answer).
+pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The reply to a JSON-RPC call that is not a transport failure.
 pub enum Rpc {
@@ -98,18 +105,31 @@ pub enum Rpc {
 }
 
 impl A2aClient {
-    /// `idle` bounds how long a stream may stay silent (zero: forever).
+    /// `idle` bounds how long the upstream may stay silent or refuse our bytes: every read, the
+    /// request head and body, and the wait for the answer's head (zero: forever). Connecting
+    /// always has a deadline.
     pub fn new(base: &str, token: Option<String>, idle: Duration) -> A2aClient {
+        let idle = (!idle.is_zero()).then_some(idle);
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(5)))
-            .timeout_per_read((!idle.is_zero()).then_some(idle))
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_send_request(idle)
+            .timeout_send_body(idle)
+            .timeout_per_write(idle)
+            .timeout_recv_response(idle)
+            .timeout_per_read(idle)
             .input_buffer_size(32 * 1024)
             .output_buffer_size(32 * 1024)
             .max_idle_connections_per_host(64)
             .build();
+        let control = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_global(Some(CANCEL_TIMEOUT))
+            .build();
         A2aClient {
             agent: config.into(),
+            control: control.into(),
             base: base.trim_end_matches('/').to_string(),
             token,
         }
@@ -120,8 +140,15 @@ impl A2aClient {
     }
 
     fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        let mut req = self
-            .agent
+        self.post_on(&self.agent, path)
+    }
+
+    fn post_on(
+        &self,
+        agent: &ureq::Agent,
+        path: &str,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        let mut req = agent
             .post(format!("{}{path}", self.base))
             .header("A2A-Version", "1.0")
             .header("Content-Type", "application/json");
@@ -167,9 +194,13 @@ impl A2aClient {
 
     /// A non-streaming JSON-RPC call.
     pub fn call(&self, method: &str, params: Value) -> Result<Rpc, Error> {
+        self.call_on(&self.agent, method, params)
+    }
+
+    fn call_on(&self, agent: &ureq::Agent, method: &str, params: Value) -> Result<Rpc, Error> {
         let body = json!({"jsonrpc": "2.0", "id": crate::ids::uuid_v4(), "method": method, "params": params});
         let resp = self
-            .post("/")
+            .post_on(agent, "/")
             .send(serde_json::to_vec(&body).unwrap_or_default())
             .map_err(transport)?;
         check_status(resp.status().as_u16())?;
@@ -192,9 +223,25 @@ impl A2aClient {
         }
     }
 
-    /// `CancelTask`; a task that is not cancelable (already ended) is not an error here.
+    /// The task's state (`TASK_STATE_…`) within [`CANCEL_TIMEOUT`]; `None` when the kernel does
+    /// not know the task.
+    pub fn task_state(&self, task_id: &str) -> Result<Option<String>, Error> {
+        let params = json!({"id": task_id, "historyLength": 0});
+        match self.call_on(&self.control, "GetTask", params)? {
+            Rpc::Result(task) => Ok(Some(
+                task.pointer("/status/state")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            )),
+            Rpc::Error { .. } => Ok(None),
+        }
+    }
+
+    /// `CancelTask`, within [`CANCEL_TIMEOUT`]; a task that is not cancelable (already ended) is
+    /// not an error here.
     pub fn cancel_task(&self, task_id: &str) -> Result<(), Error> {
-        self.call("CancelTask", json!({ "id": task_id }))
+        self.call_on(&self.control, "CancelTask", json!({ "id": task_id }))
             .map(|_| ())
     }
 
