@@ -4,7 +4,7 @@ use iac_code_agui::a2a::A2aClient;
 use iac_code_agui::config::{Command, USAGE};
 use iac_code_agui::http;
 use iac_code_agui::kernel::Kernel;
-use iac_code_agui::run::App;
+use iac_code_agui::run::{self, App, Runs};
 use iac_code_agui::store::Store;
 use iac_code_agui::stream::Heartbeats;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,6 +79,7 @@ fn main() {
         a2a: A2aClient::new(&url, config.a2a_token.clone(), config.a2a_idle_timeout),
         store: Store::new(config.state_dir.clone()),
         heartbeats: Heartbeats::start(config.heartbeat),
+        runs: Runs::default(),
         config,
     });
     http::serve(app.clone(), server.clone(), app.config.workers);
@@ -96,11 +97,19 @@ fn main() {
             break;
         }
     }
+    // Every active run ends with RUN_ERROR and a proper end of stream, its task cancelled;
+    // then the kernel stops.
     log::info!("stopping");
+    run::shutdown(&app, SHUTDOWN_GRACE);
     if let Some(k) = managed {
         k.stop();
     }
+    log::info!("stopped");
 }
+
+/// How long active runs get to end themselves on SIGTERM/SIGINT before their streams are ended
+/// for them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Each SSE run holds two sockets (client and upstream); the default soft limit of 1024 open files
 /// would cap us near 500 concurrent runs, so take the hard limit.

@@ -18,8 +18,9 @@ use crate::store::{ActiveRun, AppliedDigest, Execution, Pending, Slot, Store, Th
 use crate::stream::{Heartbeats, SseStream};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 /// Everything a request needs, shared by all threads.
 pub struct App {
@@ -27,10 +28,92 @@ pub struct App {
     pub a2a: A2aClient,
     pub store: Store,
     pub heartbeats: Heartbeats,
+    pub runs: Runs,
+}
+
+/// The runs in progress, so a shutdown can end each of them properly.
+#[derive(Default)]
+pub struct Runs {
+    live: Mutex<Vec<Weak<Live>>>,
+    stopping: AtomicBool,
+}
+
+/// One run in progress, as the shutdown sees it.
+struct Live {
+    stream: Arc<SseStream>,
+    active: Mutex<Arc<ActiveRun>>,
+    ids: RunIds,
+    lang: Lang,
+}
+
+impl Runs {
+    /// Whether the adapter is shutting down (new runs are refused, running ones end).
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    fn register(&self, live: &Arc<Live>) {
+        let mut list = self.live.lock();
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(live));
+    }
+
+    fn live(&self) -> Vec<Arc<Live>> {
+        self.live.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+fn shutting_down() -> Error {
+    Error::new(
+        Code::A2aUnavailable,
+        "The adapter is shutting down.",
+        "adapter 正在关闭。",
+    )
+}
+
+/// SIGTERM/SIGINT: refuses new runs, cancels every active run's task and lets the run end itself
+/// (`RUN_ERROR A2A_UNAVAILABLE`, spans closed, end of stream); a run still open after `grace`
+/// (no task id yet, a hung kernel) gets its `RUN_ERROR` and end of stream written for it.
+pub fn shutdown(app: &App, grace: Duration) {
+    app.runs.stopping.store(true, Ordering::SeqCst);
+    let live = app.runs.live();
+    if live.is_empty() {
+        return;
+    }
+    log::info!("shutting down: ending {} active run(s)", live.len());
+    let deadline = Instant::now() + grace;
+    for l in &live {
+        let active = l.active.lock().clone();
+        active.cancelled.store(true, Ordering::SeqCst);
+        let a2a = app.a2a.clone();
+        // Each CancelTask is bounded (CANCEL_TIMEOUT); they run side by side.
+        let _ = std::thread::Builder::new()
+            .name("shutdown-cancel".into())
+            .spawn(move || cancel_once(&a2a, &active));
+    }
+    let weak: Vec<Weak<Live>> = live.iter().map(Arc::downgrade).collect();
+    drop(live);
+    while Instant::now() < deadline && weak.iter().any(|w| w.strong_count() > 0) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for l in weak.iter().filter_map(Weak::upgrade) {
+        if l.stream.is_closed() {
+            continue;
+        }
+        log::warn!(
+            "run {} did not end in time; ending its stream",
+            l.ids.run_id
+        );
+        let mut out = Vec::new();
+        Projection::new(l.ids.clone(), l.lang).finish(&FinishAs::Error(shutting_down()), &mut out);
+        l.stream.abort(&out, Duration::from_secs(1));
+    }
 }
 
 enum Mode {
-    NewTurn,
+    /// A new turn; `Some(next)`: the thread's recorded execution never ended (the adapter was
+    /// killed or stopped mid-run), so it is stopped and closed first and `next` takes its place.
+    NewTurn(Option<Execution>),
     Resume(Vec<ResumeEntry>),
     /// The pending interrupts expired at admission; the resume is refused in the stream.
     Expired,
@@ -66,6 +149,9 @@ fn admit_locked(
     lang: Lang,
 ) -> Result<Admitted, Error> {
     let mut guard = slot.lock();
+    if app.runs.stopping() {
+        return Err(shutting_down());
+    }
     if guard.active.is_some() {
         return Err(Error::new(
             Code::ThreadBusy,
@@ -134,7 +220,7 @@ fn admit_locked(
                     "新的 run 需要一条 user 消息。",
                 ));
             }
-            doc.execution = Some(Execution {
+            let next = Execution {
                 execution_id: ids::uuid_v4(),
                 ros_invocation_id: input.iac.ros_invocation_id.clone(),
                 task_id: None,
@@ -142,8 +228,19 @@ fn admit_locked(
                 pipeline_open_steps: vec![],
                 pipeline_sequence: 0,
                 text_snapshot_digests: vec![],
-            });
-            Mode::NewTurn
+            };
+            // No pending input and not terminal: the run that owned it never ended. It stays
+            // recorded (the cancel extension still reaches it) until the run thread repaired it.
+            let unfinished = doc
+                .execution
+                .as_ref()
+                .is_some_and(|e| !doc.is_terminal(&e.execution_id));
+            if unfinished {
+                Mode::NewTurn(Some(next))
+            } else {
+                doc.execution = Some(next);
+                Mode::NewTurn(None)
+            }
         }
     };
     doc.run_digests
@@ -212,6 +309,13 @@ struct ActiveGuard {
 }
 
 impl ActiveGuard {
+    /// Makes `active` the thread's active run (the slot stays busy).
+    fn replace(&self, active: Arc<ActiveRun>) {
+        if let Some(slot) = &self.slot {
+            slot.lock().active = Some(active);
+        }
+    }
+
     /// Frees the thread for its next run (idempotent).
     fn release(&mut self) {
         if let Some(slot) = self.slot.take() {
@@ -230,17 +334,28 @@ impl Drop for ActiveGuard {
 
 /// Runs an admitted request to its end on the calling thread, writing to `stream`.
 pub fn run(app: Arc<App>, admitted: Admitted, stream: Arc<SseStream>) {
+    let execution_id = match &admitted.mode {
+        Mode::NewTurn(Some(next)) => next.execution_id.clone(),
+        _ => admitted.active.execution_id.clone(),
+    };
     let ids = RunIds {
         thread_id: admitted.input.thread_id.clone(),
         run_id: admitted.input.run_id.clone(),
         parent_run_id: admitted.input.parent_run_id.clone(),
-        execution_id: admitted.active.execution_id.clone(),
+        execution_id,
         context_id: admitted.doc.context_id.clone(),
         ros_invocation_id: admitted.input.iac.ros_invocation_id.clone(),
     };
     let lang = admitted.lang;
+    let live = Arc::new(Live {
+        stream: stream.clone(),
+        active: Mutex::new(admitted.active.clone()),
+        ids: ids.clone(),
+        lang,
+    });
+    app.runs.register(&live);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        RunCtx::new(&app, admitted, stream.clone(), ids.clone()).execute();
+        RunCtx::new(&app, admitted, stream.clone(), ids.clone(), live.clone()).execute();
     }));
     if outcome.is_err() {
         log::error!("run {} panicked; ending it with RUN_ERROR", ids.run_id);
@@ -268,6 +383,7 @@ struct RunCtx<'a> {
     out: Vec<Value>,
     mode: Option<Mode>,
     lang_tag: Option<String>,
+    live: Arc<Live>,
     _guard: ActiveGuard,
 }
 
@@ -280,7 +396,13 @@ enum Pumped {
 }
 
 impl<'a> RunCtx<'a> {
-    fn new(app: &'a App, a: Admitted, stream: Arc<SseStream>, ids: RunIds) -> RunCtx<'a> {
+    fn new(
+        app: &'a App,
+        a: Admitted,
+        stream: Arc<SseStream>,
+        ids: RunIds,
+        live: Arc<Live>,
+    ) -> RunCtx<'a> {
         let exec = a.doc.execution.clone();
         let mut proj = Projection::new(ids, a.lang);
         if let (Mode::Resume(_), Some(exec)) = (&a.mode, &exec) {
@@ -309,6 +431,7 @@ impl<'a> RunCtx<'a> {
             out: Vec::new(),
             mode: Some(a.mode),
             lang_tag,
+            live,
             _guard: a.guard,
         }
     }
@@ -319,7 +442,7 @@ impl<'a> RunCtx<'a> {
             self.input.run_id,
             self.input.thread_id,
             match self.mode {
-                Some(Mode::NewTurn) => "new turn",
+                Some(Mode::NewTurn(_)) => "new turn",
                 Some(Mode::Resume(_)) => "resume",
                 _ => "expired",
             }
@@ -327,7 +450,7 @@ impl<'a> RunCtx<'a> {
         self.proj.start(&mut self.out);
         self.flush();
         let finish = match self.mode.take() {
-            Some(Mode::NewTurn) => self.new_turn(),
+            Some(Mode::NewTurn(next)) => self.new_turn(next),
             Some(Mode::Resume(entries)) => self.resume(entries),
             Some(Mode::Expired) | None => FinishAs::Error(Error::new(
                 Code::ExecutionExpired,
@@ -336,6 +459,7 @@ impl<'a> RunCtx<'a> {
             )),
         };
         self.stream.clear_on_close();
+        let finish = self.settle(finish);
         match finish.code() {
             Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
             None => log::debug!("run {} ended", self.input.run_id),
@@ -346,6 +470,33 @@ impl<'a> RunCtx<'a> {
         self._guard.release();
         self.flush();
         self.stream.finish();
+    }
+
+    /// A cancel (the extension, a disconnect, a shutdown) always leaves this run's execution
+    /// closed: its task was told to stop, so nothing of it stays pending, whatever the run saw
+    /// meanwhile (an answer refused by the cancelled task, an interrupt that raced the cancel).
+    fn settle(&mut self, finish: FinishAs) -> FinishAs {
+        let stopping = self.app.runs.stopping();
+        let own = self.active.execution_id == self.live.ids.execution_id;
+        if !own || !(stopping || self.active.is_cancelled()) {
+            return finish;
+        }
+        let exec = self.exec();
+        let open = !exec.pending.is_empty() || exec.task_id.is_some();
+        let id = exec.execution_id.clone();
+        if open || !self.doc.is_terminal(&id) {
+            self.cancel_upstream();
+            self.doc.mark_terminal();
+            if let Err(e) = self.save() {
+                log::error!("cannot record the end of run {}: {e}", self.input.run_id);
+            }
+        }
+        match finish {
+            FinishAs::Success => FinishAs::Success,
+            _ if stopping => FinishAs::Error(shutting_down()),
+            FinishAs::Interrupt(_) => FinishAs::Error(Error::cancelled()),
+            err => err,
+        }
     }
 
     fn flush(&mut self) -> bool {
@@ -374,16 +525,48 @@ impl<'a> RunCtx<'a> {
         cancel_once(&self.app.a2a, &self.active);
     }
 
-    /// From now on a vanished client cancels the task (the run is executing upstream).
+    /// From now on a vanished client cancels the task (the run is executing upstream). Before the
+    /// task id is known the run is flagged, so it cancels the task the moment the id arrives.
     fn cancel_on_disconnect(&self) {
         let a2a = self.app.a2a.clone();
         let active = self.active.clone();
         self.stream.on_close(Box::new(move || {
+            active.cancelled.store(true, Ordering::SeqCst);
             std::thread::spawn(move || cancel_once(&a2a, &active));
         }));
     }
 
-    fn new_turn(&mut self) -> FinishAs {
+    /// Stops and closes the execution a killed or stopped adapter left running (so the kernel
+    /// does not refuse the new turn with "Task is already working"), then installs `next`.
+    fn repair(&mut self, next: Execution) -> Result<(), Error> {
+        let old = self.exec().clone();
+        log::info!(
+            "thread {}: execution {} never ended; stopping it before the new turn",
+            self.input.thread_id,
+            old.execution_id
+        );
+        if let Some(task) = &old.task_id {
+            stop_task(&self.app.a2a, &self.active, task)?;
+        }
+        self.doc.mark_terminal();
+        self.doc.execution = Some(next);
+        self.save()?;
+        let fresh = ActiveRun::new(&self.exec().execution_id, None);
+        self._guard.replace(fresh.clone());
+        *self.live.active.lock() = fresh.clone();
+        self.active = fresh;
+        Ok(())
+    }
+
+    fn new_turn(&mut self, next: Option<Execution>) -> FinishAs {
+        if let Some(next) = next {
+            if let Err(e) = self.repair(next) {
+                return FinishAs::Error(e);
+            }
+        }
+        if self.app.runs.stopping() {
+            return self.terminal(FinishAs::Error(shutting_down()));
+        }
         let Some(user) = self.input.user_message.clone() else {
             return FinishAs::Error(Error::invalid(
                 "A new run requires a user message.",
@@ -736,6 +919,44 @@ impl<'a> RunCtx<'a> {
     }
 }
 
+/// How long the repair of an unfinished execution may wait for its task to stop.
+const REPAIR_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Cancels `task` and waits (bounded) until the kernel no longer runs it.
+fn stop_task(a2a: &A2aClient, active: &ActiveRun, task: &str) -> Result<(), Error> {
+    let deadline = Instant::now() + REPAIR_TIMEOUT;
+    let mut last_cancel: Option<Instant> = None;
+    loop {
+        // Also an input wait nobody recorded is cancelled: no client can ever answer it.
+        if last_cancel.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            active.cancel_sent.store(true, Ordering::SeqCst);
+            if let Err(e) = a2a.cancel_task(task) {
+                log::warn!("CancelTask {task} failed: {e}");
+            }
+            last_cancel = Some(Instant::now());
+        }
+        match a2a.task_state(task) {
+            Ok(None) => return Ok(()),
+            Ok(Some(state)) => {
+                let state = crate::projection::normalize_state(&state);
+                if !matches!(state.as_str(), "working" | "submitted") {
+                    return Ok(());
+                }
+            }
+            Err(e) => log::warn!("GetTask {task} failed: {e}"),
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::new(
+                Code::A2aUnavailable,
+                "The thread's previous execution is still running in the A2A service and could \
+                 not be stopped; try again.",
+                "该 thread 的上一个 execution 仍在 A2A 服务中运行且无法停止，请重试。",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
     // Without a task id there is nothing to cancel yet; a later call (once it is known) will.
     let Some(task) = active.task_id.lock().clone() else {
@@ -840,13 +1061,16 @@ pub fn cancel_execution(app: &App, execution_id: &str, body: &[u8]) -> Result<Va
         if doc.is_terminal(execution_id) {
             return Ok(reply("already_terminal"));
         }
+        // Closed durably first, so no resume can apply meanwhile; the kernel is told after the
+        // thread's lock is released (CancelTask is bounded, but a hung kernel holds no one).
+        doc.mark_terminal();
+        app.store.save(&doc)?;
+        drop(guard);
         if let Some(task) = &exec.task_id {
             if let Err(e) = app.a2a.cancel_task(task) {
                 log::warn!("CancelTask {task} failed: {e}");
             }
         }
-        doc.mark_terminal();
-        app.store.save(&doc)?;
         Ok(reply("cancelled"))
     })();
     drop(slot);
