@@ -3,8 +3,8 @@
 //!
 //! A run's own thread blocks on the upstream read, so it cannot notice silence. One heartbeat thread
 //! wakes on a timer channel, writes `: heartbeat` to every stream idle for the interval, and is also
-//! how a client that went away is noticed while the upstream is silent: a closed read side (peeked
-//! without reading), a failed write, or a heartbeat the client has not taken for the write timeout
+//! how a client that went away is noticed while the upstream is silent: its FIN (read from the TCP
+//! state), a failed write, or a heartbeat the client has not taken for the write timeout
 //! fires the stream's close hook, which cancels the A2A task and so unblocks the run thread.
 //!
 //! The heartbeat thread never waits on one stream: it skips a stream whose run thread is writing
@@ -284,31 +284,30 @@ impl SseStream {
         !stalled
     }
 
-    /// Whether the client closed (or reset) its end: a peek that reads nothing at end of file.
+    /// Whether the client closed (or reset) its end. Read from the TCP state, not with a
+    /// `MSG_PEEK` recv: tiny_http shuts our read side once it expects no further request
+    /// (HTTP/1.0, `Connection: close`), after which a peek reads end of file from a client that
+    /// is still there.
     fn peer_closed(&self) -> bool {
         let Some(socket) = &self.socket else {
             return false;
         };
-        let mut byte = [0u8; 1];
-        // SAFETY: recv(2) into a local one-byte buffer; MSG_PEEK leaves the data where it is.
-        let n = unsafe {
-            libc::recv(
+        // SAFETY: a zeroed plain-data struct filled by getsockopt(2) on our own socket.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = unsafe {
+            libc::getsockopt(
                 socket.as_raw_fd(),
-                byte.as_mut_ptr().cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
             )
         };
-        if n == 0 {
-            return true;
-        }
-        n < 0 && {
-            let e = std::io::Error::last_os_error();
-            !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-            )
-        }
+        // CLOSE_WAIT: the client's FIN arrived; CLOSE: reset; LAST_ACK/CLOSING/TIME_WAIT: both
+        // ends are closing.
+        const GONE: [u8; 5] = [7, 8, 9, 11, 6];
+        rc == 0 && GONE.contains(&info.tcpi_state)
     }
 
     /// Ends the body: the last chunk for HTTP/1.1 (the connection may then serve the next
