@@ -494,8 +494,8 @@ impl<'a> RunCtx<'a> {
         match finish {
             FinishAs::Success => FinishAs::Success,
             _ if stopping => FinishAs::Error(shutting_down()),
-            FinishAs::Interrupt(_) => FinishAs::Error(Error::cancelled()),
-            err => err,
+            // Whatever else the run met (an answer the cancelled task refused), it was cancelled.
+            _ => FinishAs::Error(Error::cancelled()),
         }
     }
 
