@@ -95,6 +95,10 @@ struct State {
     overrides: Mutex<HashMap<String, Vec<Step>>>,
     counter: AtomicU64,
     reject_answers: AtomicBool,
+    /// A hung kernel: `CancelTask` calls get no answer while set (at most 60 s).
+    stall_cancels: AtomicBool,
+    /// A kernel that ignores `CancelTask` (answers, but the task keeps working).
+    ignore_cancels: AtomicBool,
 }
 
 pub struct FakeKernel {
@@ -180,6 +184,16 @@ impl FakeKernel {
     /// While set, every answer to an input wait is refused with a JSON-RPC error.
     pub fn reject_answers(&self, on: bool) {
         self.state.reject_answers.store(on, Ordering::SeqCst);
+    }
+
+    /// While set, `CancelTask` calls hang without an answer (a hung kernel).
+    pub fn stall_cancels(&self, on: bool) {
+        self.state.stall_cancels.store(on, Ordering::SeqCst);
+    }
+
+    /// While set, `CancelTask` is answered but the task keeps working.
+    pub fn ignore_cancels(&self, on: bool) {
+        self.state.ignore_cancels.store(on, Ordering::SeqCst);
     }
 
     pub fn task_state(&self, task_id: &str) -> Option<String> {
@@ -358,7 +372,15 @@ fn rpc(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io::Result<()>
         }
         "CancelTask" => {
             let id = params["id"].as_str().unwrap_or("");
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            while state.stall_cancels.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let mut tasks = state.tasks.lock().unwrap();
+            if state.ignore_cancels.load(Ordering::SeqCst) {
+                let v = tasks.get(id).map(task_json).unwrap_or(Value::Null);
+                return respond(conn, 200, &rpc_result(req, v));
+            }
             match tasks.get_mut(id) {
                 None => respond(conn, 200, &rpc_error(req, -32001, "Task not found")),
                 Some(t)
