@@ -29,7 +29,7 @@ pub struct SseStream {
     closed: AtomicBool,
     on_close: Mutex<Option<CloseHook>>,
     /// The connection itself (absent in unit tests): non-blocking heartbeats, peeks, shutdown.
-    socket: Option<TcpStream>,
+    socket: Option<Arc<TcpStream>>,
     chunked: bool,
     write_timeout: Duration,
 }
@@ -70,7 +70,7 @@ impl SseStream {
     ) -> std::io::Result<Arc<SseStream>> {
         let version = req.http_version();
         let chunked = (version.0, version.1) >= (1, 1);
-        let socket = req.socket();
+        let socket = req.socket().map(Arc::new);
         if let Some(s) = &socket {
             s.set_write_timeout(Some(write_timeout))?;
             let _ = s.set_nodelay(true);
@@ -85,7 +85,7 @@ impl SseStream {
 
     fn with(
         mut response: Box<dyn Write + Send>,
-        socket: Option<TcpStream>,
+        socket: Option<Arc<TcpStream>>,
         chunked: bool,
         write_timeout: Duration,
     ) -> std::io::Result<Arc<SseStream>> {
@@ -94,7 +94,7 @@ impl SseStream {
         response.write_all(if chunked { HEAD_CHUNKED } else { HEAD_CLOSE })?;
         response.flush()?;
         let (out, response): (Box<dyn Write + Send>, _) = match &socket {
-            Some(s) => (Box::new(s.try_clone()?), Some(response)),
+            Some(s) => (Box::new(SocketWriter(s.clone())), Some(response)),
             None => (response, None),
         };
         Ok(Arc::new(SseStream {
@@ -371,6 +371,18 @@ impl SseStream {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         response.take();
+    }
+}
+
+/// Blocking writes on the shared socket (one descriptor per stream, not two).
+struct SocketWriter(Arc<TcpStream>);
+
+impl Write for SocketWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        (&*self.0).write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&*self.0).flush()
     }
 }
 
