@@ -1,6 +1,7 @@
 use ascii::AsciiString;
 
 use std::io::Error as IoError;
+use std::io::Result as IoResult;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 
 use std::net::SocketAddr;
@@ -226,6 +227,10 @@ impl ClientConnection {
             // the previous request left a body that could not be skipped
             return Err(ReadError::Idle);
         }
+        let skip = self.ctl.take_skip();
+        if skip > 0 {
+            self.skip_body(skip).map_err(ReadError::ReadIoError)?;
+        }
         let first = self.wait_first_byte()?;
 
         // from the first byte on, the head (and a small body read with it) has a total deadline
@@ -236,6 +241,28 @@ impl ClientConnection {
         // the application reads the body under its own total limit; each read waits this long
         self.ctl.set_read_timeout(self.limits.body_timeout);
         request
+    }
+
+    /// Skips the short rest of a body the application did not read, within `body_timeout` in
+    /// total: the connection's thread does it, never the application's.
+    fn skip_body(&mut self, mut left: u64) -> IoResult<()> {
+        let deadline = self.limits.body_timeout.map(|t| Instant::now() + t);
+        self.ctl.set_deadline(deadline);
+        let mut buf = [0u8; 8192];
+        let result = loop {
+            if left == 0 {
+                break Ok(());
+            }
+            let n = (buf.len() as u64).min(left) as usize;
+            match self.next_header_source.read(&mut buf[..n]) {
+                Ok(0) => break Err(IoError::new(ErrorKind::UnexpectedEof, "body cut short")),
+                Ok(n) => left -= n as u64,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.ctl.set_deadline(None);
+        result
     }
 
     fn read_request(&mut self, first: u8) -> Result<Request, ReadError> {

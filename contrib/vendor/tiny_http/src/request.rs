@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use crate::util::{Body, ConnCtl};
+use crate::util::{Body, ConnCtl, Rest};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 use chunked_transfer::Decoder;
 
@@ -265,7 +265,7 @@ where
                 offset += read;
             }
 
-            Body::sized(Cursor::new(buffer), content_length as u64)
+            Body::buffered(buffer)
         } else {
             Body::sized(source_data, content_length)
         }
@@ -337,16 +337,19 @@ impl Request {
         self.ctl = Some(ctl);
     }
 
-    /// iac-code-agui patch: skips what the application left of the body, or, when that cannot be
-    /// done cheaply (long, unknown length, client waiting for `100 Continue`), marks the connection
-    /// to be closed: the rest of a body must never be read as the next request.
+    /// iac-code-agui patch: tells the connection what the application left of the body: a short
+    /// rest is skipped by the connection's thread, anything else (long, unknown length, client
+    /// waiting for `100 Continue`) closes the connection. The rest of a body must never be read as
+    /// the next request, and it is never read here, on the application's thread.
     fn finish_body(&mut self) {
-        if let Some(mut body) = self.data_reader.take() {
-            if !body.discard(!self.must_send_continue) {
-                if let Some(ctl) = &self.ctl {
-                    ctl.mark_must_close();
-                }
+        if let (Some(body), Some(ctl)) = (self.data_reader.take(), &self.ctl) {
+            match body.rest(!self.must_send_continue) {
+                Rest::Nothing => {}
+                Rest::Skip(n) => ctl.set_skip(n),
+                Rest::Close => ctl.mark_must_close(),
             }
+            // dropping the body now hands the connection to its thread, which reads the flags
+            drop(body);
         }
     }
 
@@ -354,7 +357,7 @@ impl Request {
     fn body_forces_close(&self) -> bool {
         self.data_reader
             .as_ref()
-            .is_some_and(|b| !b.skippable(!self.must_send_continue))
+            .is_some_and(|b| b.rest(!self.must_send_continue) == Rest::Close)
     }
 
     /// Returns the length of the body in bytes.

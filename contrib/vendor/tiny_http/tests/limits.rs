@@ -166,6 +166,27 @@ fn small_unread_body_is_skipped_and_keep_alive_goes_on() {
 }
 
 #[test]
+fn unsent_body_never_holds_the_application() {
+    // one application thread: a body announced but never sent must not keep it from the next
+    // client (the rest is skipped by the connection's own thread, within body_timeout)
+    let (addr, _server, _) = start(small_limits());
+    let mut a = connect(addr);
+    a.write_all(b"GET /health HTTP/1.1\r\nContent-Length: 5000\r\n\r\n")
+        .unwrap();
+    assert!(read_response(&mut a).ends_with("ok"));
+    let started = Instant::now();
+    let out = exchange(addr, b"GET /b HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert!(out.ends_with("ok"), "{}", out);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    // and the first connection ends once body_timeout (2 s) is over
+    assert_eq!(read_all(&mut a), "");
+}
+
+#[test]
 fn long_unread_body_closes_the_connection() {
     let (addr, _server, seen) = start(small_limits());
     let mut s = connect(addr);

@@ -1,10 +1,10 @@
 //! iac-code-agui patch: the reader of a request body, and what happens to the part of it the
 //! application did not read (see PATCHES.md). Replaces `EqualReader` and `FusedReader`.
 
-use std::io::{ErrorKind, Read, Result as IoResult};
+use std::io::{Read, Result as IoResult};
 
-/// At most this much of an unread body is read and thrown away to keep the connection; beyond it
-/// the connection is closed instead (nginx's `lingering` logic and h11 make the same trade).
+/// At most this much of an unread body is skipped to keep the connection; beyond it the connection
+/// is closed instead (Go's net/http makes the same trade at 256 KiB).
 pub(crate) const MAX_DISCARD: u64 = 64 * 1024;
 
 /// A request body. Once its end is reached the inner reader is dropped at once, which hands the
@@ -14,6 +14,20 @@ pub(crate) struct Body {
     /// Bytes not read yet of a `Content-Length` body; `None` when the end is not known in advance
     /// (chunked, or the raw stream of an upgrade request).
     left: Option<u64>,
+    /// True when the whole body was read from the socket in advance (small bodies).
+    buffered: bool,
+}
+
+/// What must happen to the part of a body the application did not read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Rest {
+    /// Nothing is left on the connection.
+    Nothing,
+    /// This many bytes are to be skipped before the next request head.
+    Skip(u64),
+    /// The connection cannot carry another request: too much or an unknown amount is left, or the
+    /// client waits for `100 Continue` and will send nothing.
+    Close,
 }
 
 impl Body {
@@ -21,6 +35,16 @@ impl Body {
         Body {
             inner: None,
             left: Some(0),
+            buffered: true,
+        }
+    }
+
+    /// A body already read from the socket.
+    pub(crate) fn buffered(data: Vec<u8>) -> Body {
+        let len = data.len() as u64;
+        Body {
+            buffered: true,
+            ..Body::sized(std::io::Cursor::new(data), len)
         }
     }
 
@@ -32,6 +56,7 @@ impl Body {
         Body {
             inner: Some(Box::new(reader)),
             left: Some(len),
+            buffered: false,
         }
     }
 
@@ -40,34 +65,19 @@ impl Body {
         Body {
             inner: Some(Box::new(reader)),
             left: None,
+            buffered: false,
         }
     }
 
-    /// True if the rest of the body can be skipped without waiting on the client for long:
-    /// nothing is left, or a known, small rest that the client is already sending (`may_read`
-    /// false when the client still waits for `100 Continue` and will send nothing).
-    pub(crate) fn skippable(&self, may_read: bool) -> bool {
+    /// What is left on the connection of this body if it is dropped now. `may_read` is false when
+    /// the client still waits for `100 Continue`. Nothing is read here: skipping is left to the
+    /// connection's own thread, so that a client slow to send a body never holds the application's.
+    pub(crate) fn rest(&self, may_read: bool) -> Rest {
         match (&self.inner, self.left) {
-            (None, _) => true,
-            (Some(_), Some(left)) => may_read && left <= MAX_DISCARD,
-            (Some(_), None) => false,
-        }
-    }
-
-    /// Reads and drops the rest of the body with a fixed buffer. Returns false when the
-    /// connection cannot carry another request (the rest was too long, unknown, or failed).
-    pub(crate) fn discard(&mut self, may_read: bool) -> bool {
-        if !self.skippable(may_read) {
-            return false;
-        }
-        let mut buf = [0u8; 8192];
-        loop {
-            match self.read(&mut buf) {
-                Ok(0) => return !matches!(self.left, Some(l) if l > 0),
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return false,
-            }
+            (None, _) => Rest::Nothing,
+            (Some(_), _) if self.buffered => Rest::Nothing,
+            (Some(_), Some(left)) if may_read && left <= MAX_DISCARD => Rest::Skip(left),
+            _ => Rest::Close,
         }
     }
 }
@@ -136,50 +146,56 @@ mod tests {
         body.read_to_string(&mut out).unwrap();
         assert_eq!(out, "hello");
         assert_eq!(rest(&src), " world");
+        assert_eq!(body.rest(true), Rest::Nothing);
     }
 
     #[test]
-    fn small_rest_is_discarded() {
+    fn small_rest_is_to_be_skipped() {
         let src = shared("hello world");
         let mut body = Body::sized(src.clone(), 5);
         let mut one = [0u8];
         body.read_exact(&mut one).unwrap();
-        assert!(body.discard(true));
-        assert_eq!(rest(&src), " world");
+        assert_eq!(body.rest(true), Rest::Skip(4));
+        assert_eq!(
+            Body::sized(src, MAX_DISCARD).rest(true),
+            Rest::Skip(MAX_DISCARD)
+        );
     }
 
     #[test]
     fn huge_length_is_not_allocated_nor_drained() {
         // upstream issue #252: dropping such a body allocated `vec![0; remaining]`
-        for len in [100_000_000_000u64, i64::MAX as u64, u64::MAX] {
+        for len in [
+            MAX_DISCARD + 1,
+            100_000_000_000u64,
+            i64::MAX as u64,
+            u64::MAX,
+        ] {
             let src = shared("abc");
-            let mut body = Body::sized(src.clone(), len);
-            assert!(!body.skippable(true));
-            assert!(!body.discard(true));
+            let body = Body::sized(src.clone(), len);
+            assert_eq!(body.rest(true), Rest::Close);
+            drop(body);
             assert_eq!(rest(&src), "abc", "nothing read for {len}");
         }
     }
 
     #[test]
-    fn early_eof_means_no_reuse() {
-        let mut body = Body::sized(shared("abc"), 10);
-        assert!(!body.discard(true));
+    fn buffered_rest_is_nothing() {
+        let body = Body::buffered(b"hello".to_vec());
+        assert_eq!(body.rest(true), Rest::Nothing);
     }
 
     #[test]
-    fn not_read_while_client_waits_for_continue() {
-        let src = shared("hello");
-        let mut body = Body::sized(src.clone(), 5);
-        assert!(!body.discard(false));
-        assert_eq!(rest(&src), "hello");
+    fn not_skipped_while_client_waits_for_continue() {
+        assert_eq!(Body::sized(shared("hello"), 5).rest(false), Rest::Close);
     }
 
     #[test]
-    fn unsized_rest_is_never_drained() {
-        let src = shared("5\r\nhello\r\n0\r\n\r\n");
-        let mut body = Body::until_end(chunked_transfer::Decoder::new(src.clone()));
-        assert!(!body.discard(true));
-        assert_eq!(rest(&src), "5\r\nhello\r\n0\r\n\r\n");
+    fn unsized_rest_means_close() {
+        let body = Body::until_end(chunked_transfer::Decoder::new(shared(
+            "5\r\nhello\r\n0\r\n\r\n",
+        )));
+        assert_eq!(body.rest(true), Rest::Close);
     }
 
     #[test]
@@ -190,6 +206,6 @@ mod tests {
         let mut out = String::new();
         body.read_to_string(&mut out).unwrap();
         assert_eq!(out, "hello");
-        assert!(body.discard(true));
+        assert_eq!(body.rest(true), Rest::Nothing);
     }
 }

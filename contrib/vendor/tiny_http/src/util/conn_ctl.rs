@@ -2,7 +2,7 @@
 
 use std::io::{Error as IoError, ErrorKind, Read, Result as IoResult, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,8 @@ pub(crate) struct ConnCtl {
     /// Set when a request left its body unread and it could not be skipped: the next bytes on the
     /// connection are not a request head, so the connection must end.
     must_close: AtomicBool,
+    /// Bytes of an unread body to skip before the next request head.
+    skip: AtomicU64,
     /// Frees a place under `Limits::max_connections` when the last user of the connection is gone.
     _slot: Option<ConnSlot>,
 }
@@ -30,6 +32,7 @@ impl ConnCtl {
             socket,
             deadline: Mutex::new(None),
             must_close: AtomicBool::new(false),
+            skip: AtomicU64::new(0),
             _slot: slot,
         })
     }
@@ -72,6 +75,14 @@ impl ConnCtl {
 
     pub(crate) fn mark_must_close(&self) {
         self.must_close.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_skip(&self, n: u64) {
+        self.skip.store(n, Ordering::SeqCst);
+    }
+
+    pub(crate) fn take_skip(&self) -> u64 {
+        self.skip.swap(0, Ordering::SeqCst)
     }
 
     pub(crate) fn must_close(&self) -> bool {

@@ -1,4 +1,4 @@
-pub(crate) use self::body::Body;
+pub(crate) use self::body::{Body, Rest};
 pub(crate) use self::conn_ctl::{ConnCtl, ConnSlot};
 pub use self::custom_stream::CustomStream;
 pub use self::messages_queue::MessagesQueue;
