@@ -2,21 +2,28 @@ use ascii::AsciiString;
 
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
-use std::io::{BufReader, BufWriter, ErrorKind, Read};
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Instant;
 
 use crate::common::{HTTPVersion, Method};
-use crate::util::RefinedTcpStream;
+use crate::util::conn_ctl::error_response;
+use crate::util::{ConnCtl, RefinedTcpStream};
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
-use crate::Request;
+use crate::{Limits, Request};
+
+/// Room for the method, the version and the separators around the request target: a request
+/// line longer than `max_url_bytes` plus this is refused (414) before it is all read.
+const REQUEST_LINE_SLACK: usize = 64;
 
 /// A ClientConnection is an object that will store a socket to a client
 /// and return Request objects.
 pub struct ClientConnection {
     // address of the client
-    remote_addr: IoResult<Option<SocketAddr>>,
+    remote_addr: Option<SocketAddr>,
 
     // sequence of Readers to the stream, so that the data is not read in
     //  the wrong order
@@ -35,8 +42,9 @@ pub struct ClientConnection {
     // true if the connection goes through SSL
     secure: bool,
 
-    // iac-code-agui patch: the plain TCP socket, handed to each request (`Request::socket`)
-    socket: Option<std::net::TcpStream>,
+    // iac-code-agui patch: the connection's shared state, and the limits it enforces
+    ctl: Arc<ConnCtl>,
+    limits: Arc<Limits>,
 }
 
 /// Error that can happen when reading a request.
@@ -47,6 +55,15 @@ enum ReadError {
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     ReadIoError(IoError),
+    /// iac-code-agui patch: no request began within the keep-alive timeout (closed silently)
+    Idle,
+    /// iac-code-agui patch: the request is refused with this status, then the connection closed
+    Refuse(u16),
+}
+
+fn is_timeout(e: &IoError) -> bool {
+    // SO_RCVTIMEO expiry is EAGAIN (WouldBlock) on Unix, TimedOut on Windows
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
 }
 
 impl ClientConnection {
@@ -54,10 +71,12 @@ impl ClientConnection {
     pub fn new(
         write_socket: RefinedTcpStream,
         mut read_socket: RefinedTcpStream,
+        ctl: Arc<ConnCtl>,
+        limits: Arc<Limits>,
     ) -> ClientConnection {
-        let remote_addr = read_socket.peer_addr();
+        // a client that reset the connection at once has no peer address: no reason to panic
+        let remote_addr = read_socket.peer_addr().ok().flatten();
         let secure = read_socket.secure();
-        let socket = read_socket.tcp_clone();
 
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
@@ -69,7 +88,8 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
-            socket,
+            ctl,
+            limits,
         }
     }
 
@@ -78,68 +98,175 @@ impl ClientConnection {
         self.secure
     }
 
-    /// Reads the next line from self.next_header_source.
-    ///
-    /// Reads until `CRLF` is reached. The next read will start
-    ///  at the first byte of the new line.
-    fn read_next_line(&mut self) -> IoResult<AsciiString> {
+    /// Reads one byte of the request head (the head deadline applies to the socket reads).
+    fn read_head_byte(&mut self) -> Result<u8, ReadError> {
+        let mut byte = [0u8];
+        loop {
+            return match self.next_header_source.read(&mut byte) {
+                Ok(0) => Err(ReadError::ReadIoError(IoError::new(
+                    ErrorKind::ConnectionAborted,
+                    "Unexpected EOF",
+                ))),
+                Ok(_) => Ok(byte[0]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if is_timeout(&e) => Err(ReadError::Refuse(408)),
+                Err(e) => Err(ReadError::ReadIoError(e)),
+            };
+        }
+    }
+
+    /// Waits for the first byte of the next request, at most `keepalive_timeout` of idleness.
+    fn wait_first_byte(&mut self) -> Result<u8, ReadError> {
+        self.ctl.set_read_timeout(self.limits.keepalive_timeout);
+        let mut byte = [0u8];
+        loop {
+            return match self.next_header_source.read(&mut byte) {
+                Ok(0) => Err(ReadError::Idle), // the client closed between requests
+                Ok(_) => Ok(byte[0]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                // a response still being written (a long stream) means the connection is busy,
+                // not idle: keep waiting
+                Err(e) if is_timeout(&e) && self.sink.in_flight() > 0 => continue,
+                Err(e) if is_timeout(&e) => Err(ReadError::Idle),
+                Err(e) => Err(ReadError::ReadIoError(e)),
+            };
+        }
+    }
+
+    /// Reads the next line from self.next_header_source, until `CRLF`, which it drops. The line,
+    /// CRLF included, may take at most `max` bytes: beyond, `Refuse(too_long)` without reading
+    /// further. Returns the line and the bytes it took.
+    fn read_next_line(
+        &mut self,
+        mut first: Option<u8>,
+        max: usize,
+        too_long: u16,
+    ) -> Result<(AsciiString, usize), ReadError> {
         let mut buf = Vec::new();
         let mut prev_byte_was_cr = false;
 
         loop {
-            let byte = self.next_header_source.by_ref().bytes().next();
-
-            let byte = match byte {
-                Some(b) => b?,
-                None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+            let byte = match first.take() {
+                Some(b) => b,
+                None => self.read_head_byte()?,
             };
 
             if byte == b'\n' && prev_byte_was_cr {
+                let used = buf.len() + 1;
                 buf.pop(); // removing the '\r'
                 return AsciiString::from_ascii(buf)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+                    .map(|line| (line, used))
+                    .map_err(|_| ReadError::Refuse(400));
             }
 
             prev_byte_was_cr = byte == b'\r';
 
             buf.push(byte);
+            if buf.len() >= max {
+                return Err(ReadError::Refuse(too_long));
+            }
         }
+    }
+
+    /// Reads a request head, within the size limits, given its first byte.
+    fn read_head(
+        &mut self,
+        first: u8,
+    ) -> Result<(Method, String, HTTPVersion, Vec<crate::Header>), ReadError> {
+        let max_head = self.limits.max_head_bytes;
+        let max_url = self.limits.max_url_bytes;
+        let line_max = max_url.saturating_add(REQUEST_LINE_SLACK);
+
+        // reading the request line
+        let (line, used) = if line_max < max_head {
+            self.read_next_line(Some(first), line_max, 414)?
+        } else {
+            self.read_next_line(Some(first), max_head, 431)?
+        };
+        let (method, path, version) = parse_request_line(
+            line.as_str().trim(), // TODO: remove this conversion
+        )?;
+        if path.len() > max_url {
+            return Err(ReadError::Refuse(414));
+        }
+        if version > (1, 1) {
+            return Err(ReadError::Refuse(505));
+        }
+
+        // getting all headers
+        let mut left = max_head - used;
+        let mut headers = Vec::new();
+        loop {
+            let (line, used) = self.read_next_line(None, left, 431)?;
+            left -= used;
+
+            if line.is_empty() {
+                break;
+            };
+            if headers.len() >= self.limits.max_headers {
+                return Err(ReadError::Refuse(431));
+            }
+            headers.push(match FromStr::from_str(line.as_str().trim()) {
+                // TODO: remove this conversion
+                Ok(h) => h,
+                _ => return Err(ReadError::WrongHeader(version)),
+            });
+        }
+
+        Ok((method, path, version, headers))
     }
 
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
-        let (method, path, version, headers) = {
-            // reading the request line
-            let (method, path, version) = {
-                let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+        // the previous request must be done with the body before its socket options change
+        self.next_header_source
+            .wait_turn()
+            .map_err(ReadError::ReadIoError)?;
+        if self.ctl.must_close() {
+            // the previous request left a body that could not be skipped
+            return Err(ReadError::Idle);
+        }
+        let skip = self.ctl.take_skip();
+        if skip > 0 {
+            self.skip_body(skip).map_err(ReadError::ReadIoError)?;
+        }
+        let first = self.wait_first_byte()?;
 
-                parse_request_line(
-                    line.as_str().trim(), // TODO: remove this conversion
-                )?
-            };
+        // from the first byte on, the head (and a small body read with it) has a total deadline
+        let deadline = self.limits.head_timeout.map(|t| Instant::now() + t);
+        self.ctl.set_deadline(deadline);
+        let request = self.read_request(first);
+        self.ctl.set_deadline(None);
+        // the application reads the body under its own total limit; each read waits this long
+        self.ctl.set_read_timeout(self.limits.body_timeout);
+        request
+    }
 
-            // getting all headers
-            let headers = {
-                let mut headers = Vec::new();
-                loop {
-                    let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
-
-                    if line.is_empty() {
-                        break;
-                    };
-                    headers.push(match FromStr::from_str(line.as_str().trim()) {
-                        // TODO: remove this conversion
-                        Ok(h) => h,
-                        _ => return Err(ReadError::WrongHeader(version)),
-                    });
-                }
-
-                headers
-            };
-
-            (method, path, version, headers)
+    /// Skips the short rest of a body the application did not read, within `body_timeout` in
+    /// total: the connection's thread does it, never the application's.
+    fn skip_body(&mut self, mut left: u64) -> IoResult<()> {
+        let deadline = self.limits.body_timeout.map(|t| Instant::now() + t);
+        self.ctl.set_deadline(deadline);
+        let mut buf = [0u8; 8192];
+        let result = loop {
+            if left == 0 {
+                break Ok(());
+            }
+            let n = (buf.len() as u64).min(left) as usize;
+            match self.next_header_source.read(&mut buf[..n]) {
+                Ok(0) => break Err(IoError::new(ErrorKind::UnexpectedEof, "body cut short")),
+                Ok(n) => left -= n as u64,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
         };
+        self.ctl.set_deadline(None);
+        result
+    }
+
+    fn read_request(&mut self, first: u8) -> Result<Request, ReadError> {
+        let (method, path, version, headers) = self.read_head(first)?;
 
         // building the writer for the request
         let writer = self.sink.next().unwrap();
@@ -155,25 +282,42 @@ impl ClientConnection {
             path,
             version.clone(),
             headers,
-            *self.remote_addr.as_ref().unwrap(),
+            self.remote_addr,
             data_source,
             writer,
         )
         .map_err(|e| {
             use crate::request;
             match e {
+                request::RequestCreationError::CreationIoError(e) if is_timeout(&e) => {
+                    ReadError::Refuse(408)
+                }
                 request::RequestCreationError::CreationIoError(e) => ReadError::ReadIoError(e),
                 request::RequestCreationError::ExpectationFailed => {
                     ReadError::ExpectationFailed(version)
+                }
+                request::RequestCreationError::BadFraming(why) => {
+                    log::debug!("refusing a request: {}", why);
+                    ReadError::Refuse(400)
                 }
             }
         })?;
 
         let mut request = request;
-        request.set_socket(self.socket.as_ref().and_then(|s| s.try_clone().ok()));
+        request.set_ctl(self.ctl.clone());
 
         // return the request
         Ok(request)
+    }
+
+    /// Answers `status` by itself (body from `Limits::error_body`, `Connection: close`), after the
+    /// responses to earlier requests, and ends the connection.
+    fn refuse(&mut self, status: u16) {
+        let mut writer = self.sink.next().unwrap();
+        let answer = error_response(status, &self.limits.error_body);
+        let _ = writer.write_all(&answer).and_then(|_| writer.flush());
+        drop(writer);
+        self.ctl.linger(self.sink.in_flight() > 0);
     }
 }
 
@@ -183,93 +327,61 @@ impl Iterator for ClientConnection {
     /// Blocks until the next Request is available.
     /// Returns None when no new Requests will come from the client.
     fn next(&mut self) -> Option<Request> {
-        use crate::{Response, StatusCode};
-
         // the client sent a "connection: close" header in this previous request
         //  or is using HTTP 1.0, meaning that no new request will come
         if self.no_more_requests {
             return None;
         }
 
-        loop {
-            let rq = match self.read() {
-                Err(ReadError::WrongRequestLine) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
-
-                Err(ReadError::WrongHeader(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response.raw_print(writer, ver, &[], false, None).ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
-
-                Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
-                    // request timeout
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(408));
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // closing the connection
-                }
-
-                Err(ReadError::ExpectationFailed(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(417));
-                    response.raw_print(writer, ver, &[], true, None).ok();
-                    return None; // TODO: should be recoverable, but needs handling in case of body
-                }
-
-                Err(ReadError::ReadIoError(_)) => return None,
-
-                Ok(rq) => rq,
-            };
-
-            // checking HTTP version
-            if *rq.http_version() > (1, 1) {
-                let writer = self.sink.next().unwrap();
-                let response = Response::from_string(
-                    "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
-                )
-                .with_status_code(StatusCode(505));
-                response
-                    .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                    .ok();
-                continue;
+        // iac-code-agui patch: every answer given here closes the connection (the rest of what the
+        // client sent cannot be trusted to start a request)
+        let rq = match self.read() {
+            Ok(rq) => rq,
+            Err(ReadError::WrongRequestLine) | Err(ReadError::WrongHeader(_)) => {
+                self.refuse(400);
+                return None;
             }
-
-            // updating the status of the connection
-            let connection_header = rq
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Connection"))
-                .map(|h| h.value.as_str());
-
-            let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
-
-            match lowercase {
-                Some(ref val) if val.contains("close") => self.no_more_requests = true,
-                Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
-                Some(ref val)
-                    if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
-                {
-                    self.no_more_requests = true
+            Err(ReadError::ExpectationFailed(_)) => {
+                self.refuse(417);
+                return None;
+            }
+            Err(ReadError::Refuse(status)) => {
+                self.refuse(status);
+                return None;
+            }
+            Err(ReadError::Idle) => {
+                if self.ctl.must_close() {
+                    // let the client read the answer before the close
+                    self.ctl.linger(self.sink.in_flight() > 0);
                 }
-                None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
-                _ => (),
-            };
+                return None;
+            }
+            Err(ReadError::ReadIoError(_)) => return None,
+        };
 
-            // returning the request
-            return Some(rq);
-        }
+        // updating the status of the connection
+        let connection_header = rq
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv("Connection"))
+            .map(|h| h.value.as_str());
+
+        let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
+
+        match lowercase {
+            Some(ref val) if val.contains("close") => self.no_more_requests = true,
+            Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
+            Some(ref val)
+                if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
+            {
+                self.no_more_requests = true
+            }
+            None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
+            _ => (),
+        };
+
+        // returning the request
+        Some(rq)
     }
 }
 

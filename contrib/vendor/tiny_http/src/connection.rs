@@ -5,6 +5,7 @@ use std::os::unix::net as unix_net;
 use std::{
     net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs},
     path::PathBuf,
+    time::Duration,
 };
 
 /// Unified listener. Either a [`TcpListener`] or [`std::os::unix::net::UnixListener`]
@@ -77,9 +78,75 @@ impl std::io::Write for Connection {
         }
     }
 }
+// iac-code-agui patch: read and write through a shared reference, so that both halves of a
+// connection can share one socket (one fd) instead of a `try_clone` each.
+impl std::io::Read for &Connection {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match *self {
+            Connection::Tcp(s) => (&*s).read(buf),
+            #[cfg(unix)]
+            Connection::Unix(s) => (&*s).read(buf),
+        }
+    }
+}
+impl std::io::Write for &Connection {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match *self {
+            Connection::Tcp(s) => (&*s).write(buf),
+            #[cfg(unix)]
+            Connection::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match *self {
+            Connection::Tcp(s) => (&*s).flush(),
+            #[cfg(unix)]
+            Connection::Unix(s) => (&*s).flush(),
+        }
+    }
+}
 impl Connection {
+    /// iac-code-agui patch: socket options the connection limits need.
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_read_timeout(t),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_write_timeout(t),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
+    pub(crate) fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_nonblocking(on),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_nonblocking(on),
+        }
+    }
+
+    /// A new handle on the TCP socket (`None` for Unix sockets or when `dup` fails).
+    pub(crate) fn tcp_clone(&self) -> Option<TcpStream> {
+        match self {
+            Self::Tcp(s) => s.try_clone().ok(),
+            #[cfg(unix)]
+            Self::Unix(_) => None,
+        }
+    }
+
     /// Gets the peer's address. Some for TCP, None for Unix sockets.
     pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
+        self.peer_addr_ref()
+    }
+
+    pub(crate) fn peer_addr_ref(&self) -> std::io::Result<Option<SocketAddr>> {
         match self {
             Self::Tcp(s) => s.peer_addr().map(Some),
             #[cfg(unix)]

@@ -101,8 +101,8 @@ use std::io::Error as IoError;
 use std::io::ErrorKind as IoErrorKind;
 use std::io::Result as IoResult;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
@@ -142,6 +142,38 @@ pub struct Server {
 
     // result of TcpListener::local_addr()
     listening_addr: ListenAddr,
+
+    // iac-code-agui patch: open connections, for `Limits::max_connections`
+    open: Arc<AtomicUsize>,
+}
+
+/// The body and content type of an answer the server gives by itself, from its status code.
+pub(crate) type ErrorBody = Arc<dyn Fn(u16) -> (Vec<u8>, &'static str) + Send + Sync>;
+
+/// The work of one connection: hand each of its requests to `recv`.
+fn connection_task(
+    client: ClientConnection,
+    messages: Arc<MessagesQueue<Message>>,
+) -> Box<dyn FnMut() + Send> {
+    let mut client = Some(client);
+    Box::new(move || {
+        if let Some(client) = client.take() {
+            // Synchronization is needed for HTTPS requests to avoid a deadlock
+            if client.secure() {
+                let (sender, receiver) = mpsc::channel();
+                for rq in client {
+                    messages.push(rq.with_notify_sender(sender.clone()).into());
+                    if receiver.recv().is_err() {
+                        break;
+                    }
+                }
+            } else {
+                for rq in client {
+                    messages.push(rq.into());
+                }
+            }
+        }
+    })
 }
 
 enum Message {
@@ -297,7 +329,6 @@ impl Server {
         ssl_config: Option<SslConfig>,
         limits: Limits,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        let _ = &limits; // TODO(iac-code-agui): enforce
         let listener = listener.into();
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
@@ -337,77 +368,113 @@ impl Server {
         // creating a task where server.accept() is continuously called
         // and ClientConnection objects are pushed in the messages queue
         let messages = MessagesQueue::with_capacity(8);
+        let open = Arc::new(AtomicUsize::new(0));
 
         let inside_close_trigger = close_trigger.clone();
         let inside_messages = messages.clone();
-        thread::spawn(move || {
-            // a tasks pool is used to dispatch the connections into threads
-            let tasks_pool = util::TaskPool::new();
+        let inside_open = open.clone();
+        let limits = Arc::new(limits);
+        thread::Builder::new()
+            .name("tiny-http-accept".into())
+            .spawn(move || {
+                // a tasks pool is used to dispatch the connections into threads
+                let tasks_pool = util::TaskPool::new();
 
-            log::debug!("Running accept thread");
-            while !inside_close_trigger.load(Relaxed) {
-                let new_client = match server.accept() {
-                    Ok((sock, _)) => {
-                        use util::RefinedTcpStream;
-                        let (read_closable, write_closable) = match ssl {
-                            None => RefinedTcpStream::new(sock),
-                            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                            Some(ref ssl) => {
-                                // trying to apply SSL over the connection
-                                // if an error occurs, we just close the socket and resume listening
-                                let sock = match ssl.accept(sock) {
-                                    Ok(s) => s,
-                                    Err(_) => continue,
-                                };
-
-                                RefinedTcpStream::new(sock)
-                            }
-                            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                            Some(ref _ssl) => unreachable!(),
-                        };
-
-                        Ok(ClientConnection::new(write_closable, read_closable))
-                    }
-                    Err(e) => Err(e),
-                };
-
-                match new_client {
-                    Ok(client) => {
-                        let messages = inside_messages.clone();
-                        let mut client = Some(client);
-                        tasks_pool.spawn(Box::new(move || {
-                            if let Some(client) = client.take() {
-                                // Synchronization is needed for HTTPS requests to avoid a deadlock
-                                if client.secure() {
-                                    let (sender, receiver) = mpsc::channel();
-                                    for rq in client {
-                                        messages.push(rq.with_notify_sender(sender.clone()).into());
-                                        receiver.recv().unwrap();
-                                    }
-                                } else {
-                                    for rq in client {
-                                        messages.push(rq.into());
-                                    }
-                                }
-                            }
-                        }));
-                    }
-
-                    Err(e) => {
-                        log::error!("Error accepting new client: {}", e);
-                        inside_messages.push(e.into());
+                log::debug!("Running accept thread");
+                // iac-code-agui patch: a failed accept (EMFILE, ENFILE, ENOMEM, ECONNABORTED...)
+                // used to end this thread, and with it the server; now it is retried with backoff
+                let mut backoff = None;
+                while !inside_close_trigger.load(Relaxed) {
+                    let sock = match server.accept() {
+                        Ok((sock, _)) => {
+                            backoff = None;
+                            sock
+                        }
+                        Err(e) => {
+                            let pause = util::conn_ctl::accept_backoff(backoff);
+                            backoff = Some(pause);
+                            log::error!(
+                                "Error accepting new client: {}; retrying in {:?}",
+                                e,
+                                pause
+                            );
+                            thread::sleep(pause);
+                            continue;
+                        }
+                    };
+                    if inside_close_trigger.load(Relaxed) {
                         break;
                     }
+
+                    let slot = match util::ConnSlot::try_take(&inside_open, limits.max_connections)
+                    {
+                        Some(slot) => slot,
+                        None => {
+                            // over the cap: a fast answer from this thread, no thread spawned
+                            log::debug!("connection cap reached, refusing a connection");
+                            if ssl.is_none() {
+                                util::conn_ctl::refuse_connection(&sock, &limits.error_body);
+                            }
+                            continue;
+                        }
+                    };
+                    let _ = sock.set_write_timeout(limits.write_timeout.filter(|t| !t.is_zero()));
+
+                    use util::{ConnCtl, RefinedTcpStream};
+                    let (read_closable, write_closable, ctl) = match ssl {
+                        None => {
+                            let sock = Arc::new(sock);
+                            let ctl = ConnCtl::new(Some(sock.clone()), Some(slot));
+                            let (r, w) = RefinedTcpStream::new(sock, ctl.clone());
+                            (r, w, ctl)
+                        }
+                        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+                        Some(ref ssl) => {
+                            // a handle on the TCP socket for its options; the handshake happens
+                            // on this thread, so bound it by the head timeout
+                            let handle = sock.try_clone().ok().map(Arc::new);
+                            if let Some(handle) = &handle {
+                                let _ = handle.set_read_timeout(limits.head_timeout);
+                            }
+                            // trying to apply SSL over the connection
+                            // if an error occurs, we just close the socket and resume listening
+                            let sock = match ssl.accept(sock) {
+                                Ok(s) => s,
+                                Err(_) => continue,
+                            };
+
+                            let ctl = ConnCtl::new(handle, Some(slot));
+                            let (r, w) = RefinedTcpStream::new(sock, ctl.clone());
+                            (r, w, ctl)
+                        }
+                        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+                        Some(ref _ssl) => unreachable!(),
+                    };
+
+                    let client = ClientConnection::new(
+                        write_closable,
+                        read_closable,
+                        ctl.clone(),
+                        limits.clone(),
+                    );
+                    let secure = client.secure();
+                    let task = connection_task(client, inside_messages.clone());
+                    if tasks_pool.spawn(task).is_err() {
+                        // no thread for it (the pool logged why): answer 503 rather than hang
+                        if !secure {
+                            ctl.refuse(&limits.error_body);
+                        }
+                    }
                 }
-            }
-            log::debug!("Terminating accept thread");
-        });
+                log::debug!("Terminating accept thread");
+            })?;
 
         // result
         Ok(Server {
             messages,
             close: close_trigger,
             listening_addr: local_addr,
+            open,
         })
     }
 
@@ -426,9 +493,11 @@ impl Server {
     }
 
     /// Returns the number of clients currently connected to the server.
+    ///
+    /// iac-code-agui patch: implemented (it was `unimplemented!()`): connections accepted whose
+    /// reader, writer, and requests are not all gone yet.
     pub fn num_connections(&self) -> usize {
-        unimplemented!()
-        //self.requests_receiver.lock().len()
+        self.open.load(Relaxed)
     }
 
     /// Blocks until an HTTP request has been submitted and returns it.

@@ -6,8 +6,9 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
-use crate::util::{EqualReader, FusedReader};
+use crate::util::{Body, ConnCtl, Rest};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 use chunked_transfer::Decoder;
 
@@ -49,7 +50,7 @@ use chunked_transfer::Decoder;
 /// If you want to build fake requests to test your server, use [`TestRequest`](crate::test::TestRequest).
 pub struct Request {
     // where to read the body from
-    data_reader: Option<Box<dyn Read + Send + 'static>>,
+    data_reader: Option<Body>,
 
     // if this writer is empty, then the request has been answered
     response_writer: Option<Box<dyn Write + Send + 'static>>,
@@ -75,8 +76,8 @@ pub struct Request {
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
 
-    // iac-code-agui patch: a handle on the connection's socket (plain TCP only)
-    socket: Option<std::net::TcpStream>,
+    // iac-code-agui patch: the connection's shared state (socket handle, must-close flag)
+    ctl: Option<Arc<ConnCtl>>,
 }
 
 struct NotifyOnDrop<R> {
@@ -99,7 +100,7 @@ impl<R: Write> Write for NotifyOnDrop<R> {
 }
 impl<R> Drop for NotifyOnDrop<R> {
     fn drop(&mut self) {
-        self.sender.send(()).unwrap();
+        self.sender.send(()).ok();
     }
 }
 
@@ -111,6 +112,69 @@ pub enum RequestCreationError {
 
     /// Error while reading data from the socket during the creation of the `Request`.
     CreationIoError(IoError),
+
+    /// iac-code-agui patch: the body's framing is ambiguous or unsupported (answered 400).
+    BadFraming(&'static str),
+}
+
+/// How a request body is delimited.
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// iac-code-agui patch: reads the framing headers strictly, refusing what two parties on the way
+/// could read differently (request smuggling): Transfer-Encoding with Content-Length, several
+/// different Content-Length values, a value that is not a number, any coding but a lone `chunked`,
+/// and Transfer-Encoding on HTTP/1.0 (which has none).
+fn framing(headers: &[Header], version: &HTTPVersion) -> Result<Framing, RequestCreationError> {
+    let values = |name: &'static str| -> Vec<&str> {
+        headers
+            .iter()
+            .filter(|h| h.field.equiv(name))
+            .map(|h| h.value.as_str())
+            .collect()
+    };
+    let te = values("Transfer-Encoding");
+    let cl = values("Content-Length");
+    if !te.is_empty() {
+        if !cl.is_empty() {
+            return Err(RequestCreationError::BadFraming(
+                "both Transfer-Encoding and Content-Length",
+            ));
+        }
+        if *version <= (1, 0) {
+            return Err(RequestCreationError::BadFraming(
+                "Transfer-Encoding in HTTP/1.0",
+            ));
+        }
+        if te.len() != 1 || !te[0].trim().eq_ignore_ascii_case("chunked") {
+            return Err(RequestCreationError::BadFraming(
+                "Transfer-Encoding other than chunked",
+            ));
+        }
+        return Ok(Framing::Chunked);
+    }
+    let mut length = None;
+    for part in cl.iter().flat_map(|v| v.split(',')) {
+        let part = part.trim();
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(RequestCreationError::BadFraming(
+                "Content-Length not a number",
+            ));
+        }
+        let n: u64 = part
+            .parse()
+            .map_err(|_| RequestCreationError::BadFraming("Content-Length too large"))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(RequestCreationError::BadFraming(
+                "different Content-Length values",
+            ));
+        }
+        length = Some(n);
+    }
+    Ok(length.map_or(Framing::None, Framing::Length))
 }
 
 impl From<IoError> for RequestCreationError {
@@ -143,22 +207,10 @@ where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
-    // finding the transfer-encoding header
-    let transfer_encoding = headers
-        .iter()
-        .find(|h: &&Header| h.field.equiv("Transfer-Encoding"))
-        .map(|h| h.value.clone());
-
-    // finding the content-length header
-    let content_length = if transfer_encoding.is_some() {
-        // if transfer-encoding is specified, the Content-Length
-        // header must be ignored (RFC2616 #4.4)
-        None
-    } else {
-        headers
-            .iter()
-            .find(|h: &&Header| h.field.equiv("Content-Length"))
-            .and_then(|h| FromStr::from_str(h.value.as_str()).ok())
+    let framing = framing(&headers, &version)?;
+    let content_length = match framing {
+        Framing::Length(n) => Some(n),
+        _ => None,
     };
 
     // true if the client sent a `Expect: 100-continue` header
@@ -190,13 +242,13 @@ where
     // content-length headers
     let reader = if connection_upgrade {
         // if we have a `Connection: upgrade`, always keeping the whole reader
-        Box::new(source_data) as Box<dyn Read + Send + 'static>
+        Body::until_end(source_data)
     } else if let Some(content_length) = content_length {
         if content_length == 0 {
-            Box::new(io::empty()) as Box<dyn Read + Send + 'static>
+            Body::empty()
         } else if content_length <= 1024 && !expects_continue {
             // if the content-length is small enough, we just read everything into a buffer
-
+            let content_length = content_length as usize;
             let mut buffer = vec![0; content_length];
             let mut offset = 0;
 
@@ -213,20 +265,16 @@ where
                 offset += read;
             }
 
-            Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
+            Body::buffered(buffer)
         } else {
-            let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
-            Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
+            Body::sized(source_data, content_length)
         }
-    } else if transfer_encoding.is_some() {
-        // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
-        // over the message (RFC2616 #3.6)
-        Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>
+    } else if let Framing::Chunked = framing {
+        Body::until_end(Decoder::new(source_data))
     } else {
         // if we have neither a Content-Length nor a Transfer-Encoding,
         // assuming that we have no data
-        // TODO: could also be multipart/byteranges
-        Box::new(io::empty()) as Box<dyn Read + Send + 'static>
+        Body::empty()
     };
 
     Ok(Request {
@@ -238,10 +286,11 @@ where
         path,
         http_version: version,
         headers,
-        body_length: content_length,
+        // a length past usize (32-bit targets) is reported as unknown
+        body_length: content_length.and_then(|l| std::convert::TryFrom::try_from(l).ok()),
         must_send_continue: expects_continue,
         notify_when_responded: None,
-        socket: None,
+        ctl: None,
     })
 }
 
@@ -281,11 +330,34 @@ impl Request {
     /// iac-code-agui patch: lets a long-lived response (SSE) set its own write timeout, write
     /// without blocking, and notice a client that closed its end.
     pub fn socket(&self) -> Option<std::net::TcpStream> {
-        self.socket.as_ref().and_then(|s| s.try_clone().ok())
+        self.ctl.as_ref().and_then(|c| c.tcp_clone())
     }
 
-    pub(crate) fn set_socket(&mut self, socket: Option<std::net::TcpStream>) {
-        self.socket = socket;
+    pub(crate) fn set_ctl(&mut self, ctl: Arc<ConnCtl>) {
+        self.ctl = Some(ctl);
+    }
+
+    /// iac-code-agui patch: tells the connection what the application left of the body: a short
+    /// rest is skipped by the connection's thread, anything else (long, unknown length, client
+    /// waiting for `100 Continue`) closes the connection. The rest of a body must never be read as
+    /// the next request, and it is never read here, on the application's thread.
+    fn finish_body(&mut self) {
+        if let (Some(body), Some(ctl)) = (self.data_reader.take(), &self.ctl) {
+            match body.rest(!self.must_send_continue) {
+                Rest::Nothing => {}
+                Rest::Skip(n) => ctl.set_skip(n),
+                Rest::Close => ctl.mark_must_close(),
+            }
+            // dropping the body now hands the connection to its thread, which reads the flags
+            drop(body);
+        }
+    }
+
+    /// True if the connection will end after this request's response because of its body.
+    fn body_forces_close(&self) -> bool {
+        self.data_reader
+            .as_ref()
+            .is_some_and(|b| b.rest(!self.must_send_continue) == Rest::Close)
     }
 
     /// Returns the length of the body in bytes.
@@ -337,7 +409,10 @@ impl Request {
 
         self.response_writer.as_mut().unwrap().flush().ok(); // TODO: unused result
 
-        let stream = CustomStream::new(self.extract_reader_impl(), self.extract_writer_impl());
+        let stream = CustomStream::new(
+            Box::new(self.extract_reader_impl()) as Box<dyn Read + Send>,
+            self.extract_writer_impl(),
+        );
         if let Some(sender) = self.notify_when_responded.take() {
             let stream = NotifyOnDrop {
                 sender,
@@ -354,21 +429,17 @@ impl Request {
     /// # Example
     ///
     /// ```no_run
-    /// # extern crate rustc_serialize;
-    /// # extern crate tiny_http;
-    /// # use rustc_serialize::json::Json;
     /// # use std::io::Read;
     /// # fn get_content_type(_: &tiny_http::Request) -> &'static str { "" }
-    /// # fn main() {
+    /// # fn parse_json(_: &str) {}
     /// # let server = tiny_http::Server::http("0.0.0.0:0").unwrap();
     /// let mut request = server.recv().unwrap();
     ///
     /// if get_content_type(&request) == "application/json" {
     ///     let mut content = String::new();
     ///     request.as_reader().read_to_string(&mut content).unwrap();
-    ///     let json: Json = content.parse().unwrap();
+    ///     let json = parse_json(&content);
     /// }
-    /// # }
     /// ```
     ///
     /// If the client sent a `Expect: 100-continue` header with the request, calling this
@@ -389,7 +460,7 @@ impl Request {
             self.must_send_continue = false;
         }
 
-        self.data_reader.as_mut().unwrap()
+        self.data_reader.get_or_insert_with(Body::empty)
     }
 
     /// Turns the `Request` into a writer.
@@ -433,14 +504,8 @@ impl Request {
     /// Extract the body `Reader` object from the Request.
     ///
     /// This may only be called once on a single request.
-    fn extract_reader_impl(&mut self) -> Box<dyn Read + Send + 'static> {
-        use std::mem;
-
-        assert!(self.data_reader.is_some());
-
-        let mut reader = None;
-        mem::swap(&mut self.data_reader, &mut reader);
-        reader.unwrap()
+    fn extract_reader_impl(&mut self) -> Body {
+        self.data_reader.take().unwrap_or_else(Body::empty)
     }
 
     /// Sends a response to this request.
@@ -451,7 +516,7 @@ impl Request {
     {
         let res = self.respond_impl(response);
         if let Some(sender) = self.notify_when_responded.take() {
-            sender.send(()).unwrap();
+            sender.send(()).ok();
         }
         res
     }
@@ -463,13 +528,15 @@ impl Request {
         let mut writer = self.extract_writer_impl();
 
         let do_not_send_body = self.method == Method::Head;
+        let close = self.body_forces_close();
 
-        Self::ignore_client_closing_errors(response.raw_print(
+        Self::ignore_client_closing_errors(response.raw_print_impl(
             writer.by_ref(),
             self.http_version.clone(),
             &self.headers,
             do_not_send_body,
             None,
+            close,
         ))?;
 
         Self::ignore_client_closing_errors(writer.flush())
@@ -507,9 +574,10 @@ impl Drop for Request {
             let response = Response::empty(500);
             let _ = self.respond_impl(response); // ignoring any potential error
             if let Some(sender) = self.notify_when_responded.take() {
-                sender.send(()).unwrap();
+                sender.send(()).ok();
             }
         }
+        self.finish_body();
     }
 }
 

@@ -332,13 +332,38 @@ where
     ///
     /// Note: does not flush the writer.
     pub fn raw_print<W: Write>(
+        self,
+        writer: W,
+        http_version: HTTPVersion,
+        request_headers: &[Header],
+        do_not_send_body: bool,
+        upgrade: Option<&str>,
+    ) -> IoResult<()> {
+        self.raw_print_impl(
+            writer,
+            http_version,
+            request_headers,
+            do_not_send_body,
+            upgrade,
+            false,
+        )
+    }
+
+    /// `raw_print`, adding `Connection: close` when `close` (iac-code-agui patch: the server will
+    /// close the connection after this response, because the request body was left unread).
+    pub(crate) fn raw_print_impl<W: Write>(
         mut self,
         mut writer: W,
         http_version: HTTPVersion,
         request_headers: &[Header],
         do_not_send_body: bool,
         upgrade: Option<&str>,
+        close: bool,
     ) -> IoResult<()> {
+        if close && upgrade.is_none() && http_version >= (1, 1) {
+            self.headers
+                .push(Header::from_bytes(&b"Connection"[..], &b"close"[..]).unwrap());
+        }
         let mut transfer_encoding = Some(choose_transfer_encoding(
             self.status_code,
             request_headers,

@@ -1,6 +1,6 @@
+pub(crate) use self::body::{Body, Rest};
+pub(crate) use self::conn_ctl::{ConnCtl, ConnSlot};
 pub use self::custom_stream::CustomStream;
-pub use self::equal_reader::EqualReader;
-pub use self::fused_reader::FusedReader;
 pub use self::messages_queue::MessagesQueue;
 pub use self::refined_tcp_stream::RefinedTcpStream;
 pub use self::sequential::{SequentialReader, SequentialReaderBuilder};
@@ -9,9 +9,9 @@ pub use self::task_pool::TaskPool;
 
 use std::str::FromStr;
 
+mod body;
+pub(crate) mod conn_ctl;
 mod custom_stream;
-mod equal_reader;
-mod fused_reader;
 mod messages_queue;
 pub(crate) mod refined_tcp_stream;
 mod sequential;

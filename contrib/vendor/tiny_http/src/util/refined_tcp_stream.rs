@@ -1,13 +1,16 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
+use std::sync::Arc;
 
 use crate::connection::Connection;
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
 use crate::ssl::SslStream;
+use crate::util::ConnCtl;
 
 pub(crate) enum Stream {
-    Http(Connection),
+    // iac-code-agui patch: shared, not `try_clone`d: both halves use one fd
+    Http(Arc<Connection>),
     #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
     Https(SslStream),
 }
@@ -15,15 +18,15 @@ pub(crate) enum Stream {
 impl Clone for Stream {
     fn clone(&self) -> Self {
         match self {
-            Stream::Http(tcp_stream) => Stream::Http(tcp_stream.try_clone().unwrap()),
+            Stream::Http(tcp_stream) => Stream::Http(tcp_stream.clone()),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
             Stream::Https(ssl_stream) => Stream::Https(ssl_stream.clone()),
         }
     }
 }
 
-impl From<Connection> for Stream {
-    fn from(tcp_stream: Connection) -> Self {
+impl From<Arc<Connection>> for Stream {
+    fn from(tcp_stream: Arc<Connection>) -> Self {
         Stream::Http(tcp_stream)
     }
 }
@@ -39,7 +42,7 @@ impl Stream {
 
     fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.peer_addr(),
+            Stream::Http(tcp_stream) => tcp_stream.peer_addr_ref(),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
             Stream::Https(ssl_stream) => ssl_stream.peer_addr(),
         }
@@ -57,7 +60,7 @@ impl Stream {
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.read(buf),
+            Stream::Http(tcp_stream) => (&**tcp_stream).read(buf),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
             Stream::Https(ssl_stream) => ssl_stream.read(buf),
         }
@@ -67,7 +70,7 @@ impl Read for Stream {
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.write(buf),
+            Stream::Http(tcp_stream) => (&**tcp_stream).write(buf),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
             Stream::Https(ssl_stream) => ssl_stream.write(buf),
         }
@@ -75,7 +78,7 @@ impl Write for Stream {
 
     fn flush(&mut self) -> IoResult<()> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.flush(),
+            Stream::Http(tcp_stream) => (&**tcp_stream).flush(),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
             Stream::Https(ssl_stream) => ssl_stream.flush(),
         }
@@ -86,10 +89,12 @@ pub struct RefinedTcpStream {
     stream: Stream,
     close_read: bool,
     close_write: bool,
+    // iac-code-agui patch: read deadline hook, and keeps the connection counted while alive
+    ctl: Arc<ConnCtl>,
 }
 
 impl RefinedTcpStream {
-    pub(crate) fn new<S>(stream: S) -> (RefinedTcpStream, RefinedTcpStream)
+    pub(crate) fn new<S>(stream: S, ctl: Arc<ConnCtl>) -> (RefinedTcpStream, RefinedTcpStream)
     where
         S: Into<Stream>,
     {
@@ -101,12 +106,14 @@ impl RefinedTcpStream {
             stream: read,
             close_read: true,
             close_write: false,
+            ctl: ctl.clone(),
         };
 
         let write = RefinedTcpStream {
             stream: write,
             close_read: false,
             close_write: true,
+            ctl,
         };
 
         (read, write)
@@ -120,14 +127,6 @@ impl RefinedTcpStream {
 
     pub(crate) fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
         self.stream.peer_addr()
-    }
-
-    /// iac-code-agui patch: a clone of the underlying TCP socket, for plain TCP connections.
-    pub(crate) fn tcp_clone(&self) -> Option<std::net::TcpStream> {
-        match &self.stream {
-            Stream::Http(crate::connection::Connection::Tcp(s)) => s.try_clone().ok(),
-            _ => None,
-        }
     }
 }
 
@@ -145,6 +144,7 @@ impl Drop for RefinedTcpStream {
 
 impl Read for RefinedTcpStream {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
+        self.ctl.before_read()?;
         self.stream.read(buf)
     }
 }

@@ -1,9 +1,10 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
 
+use std::io::{Error as IoError, ErrorKind};
 use std::sync::mpsc::channel;
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::mem;
 
@@ -110,37 +111,69 @@ impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
     }
 }
 
+impl<R: Read + Send> SequentialReader<R> {
+    /// iac-code-agui patch: blocks until the previous reader is done with the stream, without
+    /// reading from it, so that the caller can set socket options for what it reads next.
+    pub fn wait_turn(&mut self) -> IoResult<()> {
+        let received = match self.inner {
+            SequentialReaderInner::Waiting(ref recv) => recv.recv(),
+            _ => return Ok(()),
+        };
+        match received {
+            Ok(reader) => {
+                self.inner = SequentialReaderInner::MyTurn(reader);
+                Ok(())
+            }
+            // the previous reader always passes the stream on when dropped; if it was lost (a
+            // panic on its way), end this connection with an error instead of panicking too
+            Err(_) => {
+                self.inner = SequentialReaderInner::Empty;
+                Err(IoError::new(
+                    ErrorKind::BrokenPipe,
+                    "previous request lost the stream",
+                ))
+            }
+        }
+    }
+}
+
 impl<R: Read + Send> Read for SequentialReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
-        let mut reader = match self.inner {
-            SequentialReaderInner::MyTurn(ref mut reader) => return reader.read(buf),
-            SequentialReaderInner::Waiting(ref mut recv) => recv.recv().unwrap(),
-            SequentialReaderInner::Empty => unreachable!(),
-        };
+        self.wait_turn()?;
+        match self.inner {
+            SequentialReaderInner::MyTurn(ref mut reader) => reader.read(buf),
+            _ => Err(IoError::new(ErrorKind::BrokenPipe, "stream lost")),
+        }
+    }
+}
 
-        let result = reader.read(buf);
-        self.inner = SequentialReaderInner::MyTurn(reader);
-        result
+impl<W: Write + Send> SequentialWriterBuilder<W> {
+    /// iac-code-agui patch: number of writers handed out and not dropped yet (responses that are
+    /// not finished).
+    pub fn in_flight(&self) -> usize {
+        Arc::strong_count(&self.writer) - 1
+    }
+}
+
+impl<W: Write + Send> SequentialWriter<W> {
+    fn lock(&mut self) -> MutexGuard<'_, W> {
+        if let Some(v) = self.trigger.take() {
+            // Err: the previous writer is gone (it sends on drop, or is dropped), our turn anyway
+            let _ = v.recv();
+        }
+        // iac-code-agui patch: a panic while writing a previous response must not poison every
+        // later response on the connection
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl<W: Write + Send> Write for SequentialWriter<W> {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
-        if let Some(v) = self.trigger.as_mut() {
-            v.recv().unwrap()
-        }
-        self.trigger = None;
-
-        self.writer.lock().unwrap().write(buf)
+        self.lock().write(buf)
     }
 
     fn flush(&mut self) -> IoResult<()> {
-        if let Some(v) = self.trigger.as_mut() {
-            v.recv().unwrap()
-        }
-        self.trigger = None;
-
-        self.writer.lock().unwrap().flush()
+        self.lock().flush()
     }
 }
 
@@ -156,8 +189,9 @@ where
                 self.next.send(reader).ok();
             }
             SequentialReaderInner::Waiting(recv) => {
-                let reader = recv.recv().unwrap();
-                self.next.send(reader).ok();
+                if let Ok(reader) = recv.recv() {
+                    self.next.send(reader).ok();
+                }
             }
             SequentialReaderInner::Empty => (),
         }

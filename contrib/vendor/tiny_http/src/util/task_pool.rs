@@ -1,20 +1,27 @@
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
+
+type Task = Box<dyn FnMut() + Send>;
 
 /// Manages a collection of threads.
 ///
 /// A new thread is created every time all the existing threads are full.
 /// Any idle thread will automatically die after a few seconds.
+///
+/// iac-code-agui patch: a failed thread spawn is reported to the caller (with its task back)
+/// instead of panicking while the queue lock is held, which poisoned the lock and then panicked
+/// every later `spawn`; a task that panics is logged and its thread goes on serving.
 pub struct TaskPool {
     sharing: Arc<Sharing>,
 }
 
 struct Sharing {
     // list of the tasks to be done by worker threads
-    todo: Mutex<VecDeque<Box<dyn FnMut() + Send>>>,
+    todo: Mutex<VecDeque<Task>>,
 
     // condvar that will be notified whenever a task is added to `todo`
     condvar: Condvar,
@@ -24,6 +31,13 @@ struct Sharing {
 
     // number of idle worker threads
     waiting_tasks: AtomicUsize,
+}
+
+impl Sharing {
+    fn todo(&self) -> MutexGuard<'_, VecDeque<Task>> {
+        // tasks never run under this lock, so a poisoned lock still holds a whole queue
+        self.todo.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Minimum number of active threads.
@@ -58,76 +72,103 @@ impl TaskPool {
         };
 
         for _ in 0..MIN_THREADS {
-            pool.add_thread(None)
+            let _ = pool.add_thread(None);
         }
 
         pool
     }
 
     /// Executes a function in a thread.
-    /// If no thread is available, spawns a new one.
-    pub fn spawn(&self, code: Box<dyn FnMut() + Send>) {
-        let mut queue = self.sharing.todo.lock().unwrap();
+    /// If no thread is available, spawns a new one; if that fails, gives the task back.
+    pub fn spawn(&self, code: Task) -> Result<(), Task> {
+        let mut queue = self.sharing.todo();
 
         // iac-code-agui patch: a woken waiter stays counted in `waiting_tasks` until it takes the
         // lock, so a second `spawn` before that used to queue its task behind the first one and
         // leave it stranded while both ran long-lived connections (SSE streams). Only queue when
         // there are more idle threads than tasks already waiting for one.
         if self.sharing.waiting_tasks.load(Ordering::Acquire) <= queue.len() {
-            self.add_thread(Some(code));
+            drop(queue); // never spawn a thread under the lock
+            self.add_thread(Some(code))
+                .map_err(|task| task.expect("task given"))
         } else {
             queue.push_back(code);
             self.sharing.condvar.notify_one();
+            Ok(())
         }
     }
 
-    fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) {
+    fn add_thread(&self, initial_fn: Option<Task>) -> Result<(), Option<Task>> {
         let sharing = self.sharing.clone();
+        // the task goes through a cell so that it can be taken back if the thread never starts
+        let cell = Arc::new(Mutex::new(initial_fn));
+        let thread_cell = cell.clone();
 
-        thread::spawn(move || {
-            let sharing = sharing;
-            let _active_guard = Registration::new(&sharing.active_tasks);
-
-            if let Some(mut f) = initial_fn {
-                f();
+        let spawned = thread::Builder::new().spawn(move || {
+            let initial_fn = thread_cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            drop(thread_cell);
+            worker(sharing, initial_fn);
+        });
+        match spawned {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                log::error!("Could not start a connection thread: {}", e);
+                let task = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+                Err(task)
             }
+        }
+    }
+}
 
+fn run(task: Task) {
+    if catch_unwind(AssertUnwindSafe(task)).is_err() {
+        log::error!("A connection task panicked; its thread goes on");
+    }
+}
+
+fn worker(sharing: Arc<Sharing>, initial_fn: Option<Task>) {
+    let _active_guard = Registration::new(&sharing.active_tasks);
+
+    if let Some(f) = initial_fn {
+        run(f);
+    }
+
+    loop {
+        let task: Task = {
+            let mut todo = sharing.todo();
+
+            let task;
             loop {
-                let mut task: Box<dyn FnMut() + Send> = {
-                    let mut todo = sharing.todo.lock().unwrap();
+                if let Some(poped_task) = todo.pop_front() {
+                    task = poped_task;
+                    break;
+                }
+                let _waiting_guard = Registration::new(&sharing.waiting_tasks);
 
-                    let task;
-                    loop {
-                        if let Some(poped_task) = todo.pop_front() {
-                            task = poped_task;
-                            break;
-                        }
-                        let _waiting_guard = Registration::new(&sharing.waiting_tasks);
-
-                        let received =
-                            if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
-                                todo = sharing.condvar.wait(todo).unwrap();
-                                true
-                            } else {
-                                let (new_lock, waitres) = sharing
-                                    .condvar
-                                    .wait_timeout(todo, Duration::from_millis(5000))
-                                    .unwrap();
-                                todo = new_lock;
-                                !waitres.timed_out()
-                            };
-
-                        if !received && todo.is_empty() {
-                            return;
-                        }
-                    }
-
-                    task
+                let received = if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
+                    todo = sharing
+                        .condvar
+                        .wait(todo)
+                        .unwrap_or_else(|e| e.into_inner());
+                    true
+                } else {
+                    let (new_lock, waitres) = sharing
+                        .condvar
+                        .wait_timeout(todo, Duration::from_millis(5000))
+                        .unwrap_or_else(|e| e.into_inner());
+                    todo = new_lock;
+                    !waitres.timed_out()
                 };
 
-                task();
+                if !received && todo.is_empty() {
+                    return;
+                }
             }
-        });
+
+            task
+        };
+
+        run(task);
     }
 }
 

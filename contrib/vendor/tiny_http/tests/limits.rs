@@ -1,0 +1,492 @@
+//! iac-code-agui patch tests: tiny_http under hostile clients (see PATCHES.md). Each test drives a
+//! server built with `Server::from_listener_with_limits` over raw `TcpStream`s on 127.0.0.1.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tiny_http::{Limits, Response, Server};
+
+/// Paths the application saw, to show what was (not) taken for a request.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+fn small_limits() -> Limits {
+    Limits {
+        max_head_bytes: 4096,
+        max_headers: 20,
+        max_url_bytes: 200,
+        head_timeout: Some(Duration::from_millis(400)),
+        keepalive_timeout: Some(Duration::from_millis(400)),
+        body_timeout: Some(Duration::from_secs(2)),
+        write_timeout: Some(Duration::from_secs(2)),
+        max_connections: 64,
+        error_body: Arc::new(|status| {
+            (
+                format!("{{\"error\":{{\"status\":{}}}}}", status).into_bytes(),
+                "application/json",
+            )
+        }),
+    }
+}
+
+/// Starts a server and one application thread: `/echo` answers the body length it read,
+/// `/noread` answers 401 without reading the body, `/socket` the peer seen on `Request::socket`,
+/// anything else `ok`.
+fn start(limits: Limits) -> (SocketAddr, Arc<Server>, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = Arc::new(Server::from_listener_with_limits(listener, None, limits).unwrap());
+    let seen: Seen = Arc::default();
+    let (s, seen2) = (server.clone(), seen.clone());
+    thread::spawn(move || {
+        while let Ok(mut rq) = s.recv() {
+            seen2.lock().unwrap().push(rq.url().to_string());
+            let answer = match rq.url() {
+                "/echo" => {
+                    let mut body = Vec::new();
+                    match rq.as_reader().read_to_end(&mut body) {
+                        Ok(_) => Response::from_string(format!("read {}", body.len())),
+                        Err(e) => Response::from_string(format!("error {:?}", e.kind())),
+                    }
+                }
+                "/noread" => Response::from_string("no").with_status_code(401),
+                "/socket" => {
+                    let peer = rq.socket().and_then(|s| s.peer_addr().ok());
+                    Response::from_string(format!("peer {:?}", peer))
+                }
+                _ => Response::from_string("ok"),
+            };
+            let _ = rq.respond(answer);
+        }
+    });
+    (addr, server, seen)
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+/// Everything the server sends until it closes the connection (or 5 s pass).
+fn read_all(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) => panic!(
+                "no close from the server: {:?} after {:?}",
+                e,
+                String::from_utf8_lossy(&out)
+            ),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Sends `bytes` on a new connection and returns all the server sends back before closing.
+fn exchange(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = connect(addr);
+    s.write_all(bytes).unwrap();
+    read_all(&mut s)
+}
+
+/// Reads one response framed by Content-Length (no close expected).
+fn read_response(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut byte = [0u8];
+    while !out.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).unwrap(),
+            1,
+            "closed in head: {:?}",
+            String::from_utf8_lossy(&out)
+        );
+        out.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&out).into_owned();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    head + &String::from_utf8_lossy(&body)
+}
+
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[test]
+fn huge_content_length_neither_crashes_nor_is_drained() {
+    let (addr, _server, _) = start(small_limits());
+    for len in [
+        "100000000000",
+        "9223372036854775807",
+        "18446744073709551615",
+    ] {
+        let req = format!("GET /health HTTP/1.1\r\nContent-Length: {}\r\n\r\n", len);
+        let out = exchange(addr, req.as_bytes());
+        assert!(out.starts_with("HTTP/1.1 200"), "{}", out);
+        assert!(out.contains("Connection: close"), "{}", out);
+    }
+    // past u64: not a length at all
+    let out = exchange(
+        addr,
+        b"GET / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 400"), "{}", out);
+    // the server is still up
+    assert!(exchange(addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").ends_with("ok"));
+}
+
+#[test]
+fn small_unread_body_is_skipped_and_keep_alive_goes_on() {
+    let (addr, _server, seen) = start(small_limits());
+    let mut s = connect(addr);
+    let body = "GET /smuggled HTTP/1.1\r\n\r\n".repeat(40);
+    let req = format!(
+        "POST /noread HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}GET /second HTTP/1.1\r\n\r\n",
+        body.len(),
+        body
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let first = read_response(&mut s);
+    assert!(first.starts_with("HTTP/1.1 401"), "{}", first);
+    assert!(!first.contains("Connection: close"), "{}", first);
+    let second = read_response(&mut s);
+    assert!(second.starts_with("HTTP/1.1 200"), "{}", second);
+    assert_eq!(*seen.lock().unwrap(), ["/noread", "/second"]);
+}
+
+#[test]
+fn unsent_body_never_holds_the_application() {
+    // one application thread: a body announced but never sent must not keep it from the next
+    // client (the rest is skipped by the connection's own thread, within body_timeout)
+    let (addr, _server, _) = start(small_limits());
+    let mut a = connect(addr);
+    a.write_all(b"GET /health HTTP/1.1\r\nContent-Length: 5000\r\n\r\n")
+        .unwrap();
+    assert!(read_response(&mut a).ends_with("ok"));
+    let started = Instant::now();
+    let out = exchange(addr, b"GET /b HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert!(out.ends_with("ok"), "{}", out);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    // and the first connection ends once body_timeout (2 s) is over
+    assert_eq!(read_all(&mut a), "");
+}
+
+#[test]
+fn long_unread_body_closes_the_connection() {
+    let (addr, _server, seen) = start(small_limits());
+    let mut s = connect(addr);
+    let body = "x".repeat(100 * 1024);
+    let req = format!(
+        "POST /noread HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}GET /second HTTP/1.1\r\n\r\n",
+        body.len(),
+        body
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let out = read_all(&mut s);
+    assert!(out.starts_with("HTTP/1.1 401"), "{}", out);
+    assert!(out.contains("Connection: close"), "{}", out);
+    assert_eq!(count(&out, "HTTP/1.1"), 1, "{}", out);
+    assert_eq!(*seen.lock().unwrap(), ["/noread"]);
+}
+
+#[test]
+fn large_upload_refused_unread_still_gets_its_answer() {
+    // the client sends all 4 MiB before reading, as most do: the lingering close reads and drops
+    // the rest instead of resetting the connection under the client's writes
+    let (addr, _server, _) = start(small_limits());
+    let mut s = connect(addr);
+    let body = vec![b'q'; 4 << 20];
+    s.write_all(
+        format!(
+            "POST /noread HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s.write_all(&body).unwrap();
+    let out = read_all(&mut s);
+    assert!(out.starts_with("HTTP/1.1 401"), "{}", out);
+    assert!(out.contains("Connection: close"), "{}", out);
+}
+
+#[test]
+fn rejected_chunked_body_is_not_read_as_the_next_request() {
+    let (addr, _server, seen) = start(small_limits());
+    let chunk = "GET /smuggled HTTP/1.1\r\n\r\n";
+    let req = format!(
+        "POST /noread HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{}\r\n0\r\n\r\nGET /after HTTP/1.1\r\n\r\n",
+        chunk.len(),
+        chunk
+    );
+    let out = exchange(addr, req.as_bytes());
+    assert!(out.starts_with("HTTP/1.1 401"), "{}", out);
+    assert!(out.contains("Connection: close"), "{}", out);
+    assert_eq!(count(&out, "HTTP/1.1"), 1, "{}", out);
+    assert_eq!(*seen.lock().unwrap(), ["/noread"]);
+}
+
+#[test]
+fn chunked_body_read_by_the_application_keeps_the_connection() {
+    let (addr, _server, _) = start(small_limits());
+    let mut s = connect(addr);
+    s.write_all(
+        b"POST /echo HTTP/1.1\r\nTransfer-Encoding: Chunked \r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+    )
+    .unwrap();
+    assert!(read_response(&mut s).ends_with("read 5"));
+    assert!(read_response(&mut s).ends_with("ok"));
+}
+
+#[test]
+fn ambiguous_framing_is_refused_and_closed() {
+    let (addr, _server, seen) = start(small_limits());
+    let cases: &[&str] = &[
+        "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: five\r\n\r\n",
+    ];
+    for case in cases {
+        let out = exchange(
+            addr,
+            format!("{}hello GET /x HTTP/1.1\r\n\r\n", case).as_bytes(),
+        );
+        assert!(out.starts_with("HTTP/1.1 400"), "{:?} -> {}", case, out);
+        assert!(out.contains("Connection: close\r\n"), "{}", out);
+        assert!(out.ends_with("{\"error\":{\"status\":400}}"), "{}", out);
+        assert_eq!(count(&out, "HTTP/1.1"), 1, "{}", out);
+    }
+    assert!(seen.lock().unwrap().is_empty());
+    // equal duplicates are one length
+    let out = exchange(
+        addr,
+        b"POST /echo HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    );
+    assert!(out.ends_with("read 5"), "{}", out);
+}
+
+#[test]
+fn head_over_the_byte_limit_is_431() {
+    let (addr, _server, _) = start(small_limits());
+    // one endless header line (no CRLF): refused without reading all of it
+    let mut s = connect(addr);
+    s.write_all(b"GET / HTTP/1.1\r\nX-Long: ").unwrap();
+    s.write_all(&vec![b'a'; 64 * 1024]).unwrap();
+    let out = read_all(&mut s);
+    assert!(out.starts_with("HTTP/1.1 431"), "{}", out);
+    assert!(out.contains("Connection: close"), "{}", out);
+    assert!(out.ends_with("{\"error\":{\"status\":431}}"), "{}", out);
+    // many headers just under the line limits, over the total
+    let mut req = String::from("GET / HTTP/1.1\r\n");
+    for i in 0..10 {
+        req += &format!("X-{}: {}\r\n", i, "b".repeat(500));
+    }
+    req += "\r\n";
+    assert!(exchange(addr, req.as_bytes()).starts_with("HTTP/1.1 431"));
+}
+
+#[test]
+fn too_many_headers_is_431() {
+    let (addr, _server, _) = start(small_limits());
+    // 20 headers are fine, 21 are not
+    let mut req = String::from("GET / HTTP/1.1\r\nConnection: close\r\n");
+    for i in 0..19 {
+        req += &format!("X-{}: y\r\n", i);
+    }
+    let ok = exchange(addr, format!("{}\r\n", req).as_bytes());
+    assert!(ok.starts_with("HTTP/1.1 200"), "{}", ok);
+    let out = exchange(addr, format!("{}X-19: y\r\n\r\n", req).as_bytes());
+    assert!(out.starts_with("HTTP/1.1 431"), "{}", out);
+}
+
+#[test]
+fn long_url_is_414_and_never_echoed() {
+    let (addr, _server, seen) = start(small_limits());
+    let url = format!("/{}", "u".repeat(250));
+    let out = exchange(addr, format!("GET {} HTTP/1.1\r\n\r\n", url).as_bytes());
+    assert!(out.starts_with("HTTP/1.1 414"), "{}", out);
+    assert!(!out.contains("uuuu"), "{}", out);
+    // a request line that never ends is refused before it is read in full
+    let mut s = connect(addr);
+    s.write_all(b"GET /").unwrap();
+    s.write_all(&vec![b'v'; 1 << 20]).unwrap();
+    let out = read_all(&mut s);
+    assert!(out.starts_with("HTTP/1.1 414"), "{}", out);
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+#[test]
+fn slow_head_gets_408_at_the_total_deadline() {
+    let (addr, _server, _) = start(small_limits());
+    let mut s = connect(addr);
+    let started = Instant::now();
+    s.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+    // one byte every 100 ms: each read succeeds, the total deadline (400 ms) must still hold
+    let trickle = thread::spawn({
+        let mut s = s.try_clone().unwrap();
+        move || {
+            for b in b"X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter() {
+                if s.write_all(&[*b]).is_err() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+    });
+    let out = read_all(&mut s);
+    let took = started.elapsed();
+    assert!(out.starts_with("HTTP/1.1 408"), "{}", out);
+    assert!(out.ends_with("{\"error\":{\"status\":408}}"), "{}", out);
+    assert!(took < Duration::from_millis(2500), "{:?}", took);
+    trickle.join().unwrap();
+}
+
+#[test]
+fn idle_connections_are_closed_silently() {
+    let (addr, server, _) = start(small_limits());
+    // never sends anything
+    let mut s = connect(addr);
+    let started = Instant::now();
+    assert_eq!(read_all(&mut s), "");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // idle after a first keep-alive request
+    let mut s = connect(addr);
+    s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    assert!(read_response(&mut s).ends_with("ok"));
+    let started = Instant::now();
+    assert_eq!(read_all(&mut s), "");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{:?}",
+        took
+    );
+    // and they are not counted any more
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while server.num_connections() != 0 {
+        assert!(Instant::now() < deadline, "{}", server.num_connections());
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn connection_cap_answers_503_fast() {
+    let mut limits = small_limits();
+    limits.max_connections = 2;
+    limits.keepalive_timeout = Some(Duration::from_secs(30));
+    let (addr, server, _) = start(limits);
+    let a = connect(addr);
+    let b = connect(addr);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while server.num_connections() < 2 {
+        assert!(Instant::now() < deadline);
+        thread::sleep(Duration::from_millis(10));
+    }
+    let started = Instant::now();
+    let out = exchange(addr, b"GET / HTTP/1.1\r\n\r\n");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(out.starts_with("HTTP/1.1 503"), "{}", out);
+    assert!(out.contains("Connection: close\r\n"), "{}", out);
+    assert!(
+        out.contains("Content-Type: application/json\r\n"),
+        "{}",
+        out
+    );
+    assert!(out.ends_with("{\"error\":{\"status\":503}}"), "{}", out);
+    // a place frees up when a connection ends
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let out = exchange(addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
+        if out.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", out);
+        thread::sleep(Duration::from_millis(50));
+    }
+    drop(b);
+}
+
+#[test]
+fn keep_alive_pipelining_continue_and_socket_still_work() {
+    let (addr, _server, _) = start(small_limits());
+    let mut s = connect(addr);
+    s.write_all(b"GET /a HTTP/1.1\r\n\r\nPOST /echo HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /c HTTP/1.1\r\n\r\n")
+        .unwrap();
+    assert!(read_response(&mut s).ends_with("ok"));
+    assert!(read_response(&mut s).ends_with("read 3"));
+    assert!(read_response(&mut s).ends_with("ok"));
+
+    // Expect: 100-continue, with a body over the small-body size
+    s.write_all(b"POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2000\r\n\r\n")
+        .unwrap();
+    let cont = read_response(&mut s);
+    assert!(cont.starts_with("HTTP/1.1 100"), "{}", cont);
+    s.write_all(&[b'z'; 2000]).unwrap();
+    assert!(read_response(&mut s).ends_with("read 2000"));
+
+    s.write_all(b"GET /socket HTTP/1.1\r\n\r\n").unwrap();
+    let local = s.local_addr().unwrap();
+    assert!(read_response(&mut s).ends_with(&format!("peer Some({})", local)));
+}
+
+#[test]
+fn unanswered_continue_closes_instead_of_waiting_for_the_body() {
+    let (addr, _server, _) = start(small_limits());
+    let mut s = connect(addr);
+    s.write_all(b"POST /noread HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n")
+        .unwrap();
+    let started = Instant::now();
+    let out = read_all(&mut s);
+    assert!(out.starts_with("HTTP/1.1 401"), "{}", out);
+    assert!(out.contains("Connection: close"), "{}", out);
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn slow_body_read_times_out_in_the_application() {
+    let (addr, _server, _) = start(small_limits());
+    let mut s = connect(addr);
+    s.write_all(b"POST /echo HTTP/1.1\r\nContent-Length: 5000\r\n\r\nabc")
+        .unwrap();
+    let started = Instant::now();
+    let out = read_response(&mut s);
+    assert!(
+        out.ends_with("error WouldBlock") || out.ends_with("error TimedOut"),
+        "{}",
+        out
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[test]
+fn default_limits_keep_the_old_behaviour() {
+    let (addr, _server, _) = start(Limits::default());
+    let mut s = connect(addr);
+    let url = format!("/{}", "d".repeat(20_000));
+    s.write_all(format!("GET {} HTTP/1.1\r\nX: {}\r\n\r\n", url, "e".repeat(20_000)).as_bytes())
+        .unwrap();
+    assert!(read_response(&mut s).ends_with("ok"));
+}
