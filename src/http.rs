@@ -65,19 +65,7 @@ fn handle(app: &Arc<App>, mut req: Request) {
     let accept_language = header(&req, "Accept-Language").map(String::from);
     let header_lang = Lang::choose(None, accept_language.as_deref());
     let method = req.method().clone();
-    let route = match path.as_str() {
-        "/health" => Route::Health,
-        "/" => Route::Run,
-        p if p.starts_with(CANCEL_PREFIX) && p.ends_with("/cancel") => {
-            let id = &p[CANCEL_PREFIX.len()..p.len() - "/cancel".len()];
-            if id.is_empty() || id.contains('/') {
-                Route::Unknown
-            } else {
-                Route::Cancel(id.to_string())
-            }
-        }
-        _ => Route::Unknown,
-    };
+    let route = Route::of(&path);
     let allowed = match (&route, &method) {
         (Route::Health, Method::Get | Method::Head) => true,
         (Route::Run | Route::Cancel(_), Method::Post) => true,
@@ -162,6 +150,24 @@ enum Route {
     Unknown,
 }
 
+impl Route {
+    /// Matches a path without slicing by computed offsets: the cancel prefix and suffix may
+    /// overlap (`…/executions/cancel`), and that must be a 404, not a panic.
+    fn of(path: &str) -> Route {
+        match path {
+            "/health" => Route::Health,
+            "/" => Route::Run,
+            p => match p
+                .strip_prefix(CANCEL_PREFIX)
+                .and_then(|rest| rest.strip_suffix("/cancel"))
+            {
+                Some(id) if !id.is_empty() && !id.contains('/') => Route::Cancel(id.to_string()),
+                _ => Route::Unknown,
+            },
+        }
+    }
+}
+
 fn read_body(req: &mut Request, limit: usize) -> Result<Vec<u8>, Error> {
     let too_large = || {
         Error::invalid(
@@ -230,15 +236,13 @@ fn start_run(app: &Arc<App>, req: Request, body: &[u8], accept_language: Option<
     }
 }
 
-/// Constant-time comparison of the presented bearer token.
+/// Constant-time comparison of the presented bearer token. The scheme name is case-insensitive
+/// (RFC 9110 §11.1), the token is not.
 fn bearer_matches(header: Option<&str>, token: &str) -> bool {
     let presented = header
-        .and_then(|h| {
-            h.strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-        })
-        .unwrap_or("")
-        .trim()
+        .and_then(|h| h.trim_start().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, t)| t.trim())
         .as_bytes();
     let expected = token.as_bytes();
     let mut diff = presented.len() ^ expected.len();
@@ -250,7 +254,7 @@ fn bearer_matches(header: Option<&str>, token: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::bearer_matches;
+    use super::*;
 
     #[test]
     fn bearer_tokens_compare_exactly() {
@@ -259,5 +263,33 @@ mod tests {
         assert!(!bearer_matches(Some("Bearer s3cretx"), "s3cret"));
         assert!(!bearer_matches(Some("Basic s3cret"), "s3cret"));
         assert!(!bearer_matches(None, "s3cret"));
+        assert!(!bearer_matches(Some("Bearer"), "s3cret"));
+        assert!(!bearer_matches(Some("Bearers3cret"), "s3cret"));
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert!(bearer_matches(Some("BEARER x"), "x"));
+        assert!(bearer_matches(Some("bEaReR x"), "x"));
+        assert!(bearer_matches(Some("bearer   x "), "x"));
+        assert!(!bearer_matches(Some("BEARER X"), "x"));
+    }
+
+    #[test]
+    fn routes_never_panic_on_overlapping_prefix_and_suffix() {
+        for p in [
+            "/extensions/iac-code/v1/executions/cancel",
+            "/extensions/iac-code/v1/executions//cancel",
+            "/extensions/iac-code/v1/executions/a/b/cancel",
+            "/extensions/iac-code/v1/executions/",
+            "/extensions/iac-code/v1/executions",
+        ] {
+            assert!(matches!(Route::of(p), Route::Unknown), "{p}");
+        }
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/executions/e1/cancel"), Route::Cancel(id) if id == "e1")
+        );
+        assert!(matches!(Route::of("/health"), Route::Health));
+        assert!(matches!(Route::of("/"), Route::Run));
     }
 }
