@@ -13,6 +13,8 @@ pub const MAX_BODY_BYTES: usize = 12 * 1024 * 1024;
 pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
 pub const MAX_IMAGES_BYTES: usize = 10 * 1024 * 1024;
 pub const MAX_ROS_INVOCATION_ID: usize = 256;
+/// runIds are kept as idempotency keys in the thread file; a cap keeps that file small.
+pub const MAX_RUN_ID_BYTES: usize = 256;
 
 /// A validated run request.
 #[derive(Debug, Clone)]
@@ -182,6 +184,12 @@ pub fn parse_run(body: &[u8], allowed_cwds: &[PathBuf]) -> Result<RunInput, Erro
     })?;
     let thread_id = non_empty(root, "threadId", "threadId")?;
     let run_id = non_empty(root, "runId", "runId")?;
+    if run_id.len() > MAX_RUN_ID_BYTES {
+        return Err(bad(
+            format!("`runId` must be at most {MAX_RUN_ID_BYTES} bytes."),
+            format!("`runId` 最长 {MAX_RUN_ID_BYTES} 字节。"),
+        ));
+    }
     let parent_run_id = match root.get("parentRunId") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -650,6 +658,15 @@ mod tests {
             |v| v["forwardedProps"]["iacCode"]["candidatePresentation"] = json!("fancy")
         )
         .contains("standard, rich"));
+    }
+
+    #[test]
+    fn run_id_is_capped_at_256_bytes() {
+        let mut v = base();
+        v["runId"] = json!("r".repeat(256));
+        assert!(parse(&v).is_ok());
+        let e = err_of(|v| v["runId"] = json!("é".repeat(129)));
+        assert!(e.contains("`runId` must be at most 256 bytes"), "{e}");
     }
 
     #[test]
