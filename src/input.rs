@@ -390,9 +390,17 @@ fn parse_iac_code(v: &Value, allowed_cwds: &[PathBuf]) -> Result<IacCode, Error>
     })
 }
 
-/// An absolute path without `..`, inside one of the allowed roots (also after resolving symlinks
-/// when the path exists, so a link cannot lead out of the root).
+/// An absolute path without `..` or control characters, inside one of the allowed roots both as
+/// written and once resolved: the longest existing prefix is canonicalized (following every
+/// symlink in it) and the rest appended, so a link under a root cannot lead out of it even when the
+/// path's tail does not exist yet.
 fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
+    if cwd.chars().any(char::is_control) {
+        return Err(bad(
+            "`forwardedProps.iacCode.cwd` must not contain control characters.".into(),
+            "`forwardedProps.iacCode.cwd` 不能包含控制字符。".into(),
+        ));
+    }
     let path = Path::new(cwd);
     let lexical_ok =
         path.is_absolute() && !path.components().any(|c| matches!(c, Component::ParentDir));
@@ -411,11 +419,7 @@ fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
                     .unwrap_or(false)
         })
     };
-    let resolved_ok = match path.canonicalize() {
-        Ok(real) => inside(&real),
-        Err(_) => true,
-    };
-    if inside(path) && resolved_ok {
+    if inside(path) && resolve_existing_prefix(path).is_some_and(|real| inside(&real)) {
         Ok(())
     } else {
         Err(bad(
@@ -423,6 +427,28 @@ fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
             "`forwardedProps.iacCode.cwd` 不在允许的工作区根目录内。".into(),
         ))
     }
+}
+
+/// `path` with its longest existing prefix canonicalized and the remaining components appended;
+/// `None` when the remainder holds `..` (a lexical `..` after a symlink would be resolved by the
+/// kernel against the link's target, not against what we checked).
+fn resolve_existing_prefix(path: &Path) -> Option<PathBuf> {
+    for prefix in path.ancestors() {
+        let Ok(real) = prefix.canonicalize() else {
+            continue;
+        };
+        let rest = path.strip_prefix(prefix).ok()?;
+        let mut out = real;
+        for c in rest.components() {
+            match c {
+                Component::Normal(name) => out.push(name),
+                Component::CurDir => {}
+                _ => return None,
+            }
+        }
+        return Some(out);
+    }
+    None
 }
 
 /// Checks every user message and returns the latest one in A2A form.
@@ -686,6 +712,39 @@ mod tests {
             err_of(|v| v["forwardedProps"]["iacCode"]["cwd"] = json!("/workspacex"))
                 .contains("allowed")
         );
+    }
+
+    #[test]
+    fn cwd_refuses_control_characters() {
+        for cwd in [
+            "/workspace/a\0b",
+            "/workspace/a\nb",
+            "/workspace/\t",
+            "/workspace/\u{7f}",
+        ] {
+            let e = err_of(|v| v["forwardedProps"]["iacCode"]["cwd"] = json!(cwd));
+            assert!(e.contains("control characters"), "{cwd:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn cwd_symlinks_are_resolved_through_the_longest_existing_prefix() {
+        let base = std::env::temp_dir().join(format!("agui-cwd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let ws = base.join("ws");
+        std::fs::create_dir_all(ws.join("real/sub")).unwrap();
+        std::fs::create_dir_all(base.join("outside")).unwrap();
+        std::os::unix::fs::symlink(base.join("outside"), ws.join("link-out")).unwrap();
+        std::os::unix::fs::symlink(ws.join("real"), ws.join("link-in")).unwrap();
+        let roots = [ws.clone()];
+        let check = |rel: &str| check_cwd(ws.join(rel).to_str().unwrap(), &roots);
+        assert!(check("real/sub").is_ok());
+        assert!(check("real/not-yet/deeper").is_ok());
+        assert!(check("link-in/not-yet").is_ok());
+        assert!(check("link-out").is_err());
+        assert!(check("link-out/nonexistent").is_err());
+        assert!(check("link-out/nonexistent/deeper").is_err());
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
