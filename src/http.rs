@@ -111,14 +111,24 @@ fn log_request_panics() {
 }
 
 /// Runs the handler; a panic (logged by the hook) answers a JSON 500 if the request was not
-/// answered yet. The request sits in `slot` until a handler step takes it to answer, so it
-/// survives the unwinding (dropping it would send tiny_http's bare 500).
+/// answered yet.
 fn handle_guarded(app: &Arc<App>, req: Request) {
-    let mut slot = Some(req);
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(app, &mut slot)));
+    guarded(
+        req,
+        |slot| handle(app, slot),
+        |req| reply_error(req, &Error::internal(), Lang::En),
+    );
+}
+
+/// Runs `f` on `item` held in a slot that outlives a panic of `f`: `f` takes the item out when it
+/// is done with it, and whatever is left after a panic goes to `on_panic` (a request dropped
+/// during the unwinding would send tiny_http's bare 500 instead of ours).
+fn guarded<T>(item: T, f: impl FnOnce(&mut Option<T>), on_panic: impl FnOnce(T)) {
+    let mut slot = Some(item);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut slot)));
     if outcome.is_err() {
-        if let Some(req) = slot.take() {
-            reply_error(req, &Error::internal(), Lang::En);
+        if let Some(item) = slot.take() {
+            on_panic(item);
         }
     }
 }
@@ -615,6 +625,28 @@ mod tests {
         assert_eq!(host_name("a.b"), Some("a.b"));
         assert_eq!(host_name(":80"), None);
         assert_eq!(host_name("[::1]x"), None);
+    }
+
+    #[test]
+    fn a_panicking_handler_leaves_the_request_to_the_panic_answer() {
+        let answered = std::cell::Cell::new(None);
+        guarded(
+            "req",
+            |_slot| panic!("handler bug"),
+            |r| answered.set(Some(r)),
+        );
+        assert_eq!(answered.get(), Some("req"));
+        // A handler that took the request (answered it) leaves nothing to answer twice.
+        let answered = std::cell::Cell::new(None);
+        guarded(
+            "req",
+            |slot| {
+                slot.take();
+                panic!("after answering")
+            },
+            |r| answered.set(Some(r)),
+        );
+        assert_eq!(answered.get(), None);
     }
 
     #[test]

@@ -1037,4 +1037,61 @@ mod tests {
         let e = parse(&v).unwrap_err();
         assert!(e.message(Lang::Zh).contains("空数组"));
     }
+
+    #[test]
+    fn digest_blanks_every_secret_and_nothing_else() {
+        let with = |key: &str, secret: &str| {
+            let mut v = base();
+            v["forwardedProps"]["iacCode"]["llmApiKey"] = json!("sk-x");
+            v["forwardedProps"]["iacCode"]["alibabaCloud"] =
+                json!({"accessKeyId": "AK", "accessKeySecret": "S1", "securityToken": "T1"});
+            match key {
+                "llmApiKey" => v["forwardedProps"]["iacCode"][key] = json!(secret),
+                _ => v["forwardedProps"]["iacCode"]["alibabaCloud"][key] = json!(secret),
+            }
+            parse(&v).unwrap().digest
+        };
+        for key in ["llmApiKey", "accessKeySecret", "securityToken"] {
+            assert_eq!(with(key, "one"), with(key, "two"), "{key}");
+        }
+        assert_ne!(with("accessKeyId", "one"), with("accessKeyId", "two"));
+        // state and context are part of the request's identity, though never built.
+        let mut a = base();
+        a["state"] = json!({"k": 1});
+        assert_ne!(parse(&a).unwrap().digest, parse(&base()).unwrap().digest);
+    }
+
+    #[test]
+    fn repeated_fields_are_refused_so_no_secret_escapes_the_blanking() {
+        let body = br#"{"threadId":"t","runId":"r","state":{},"tools":[],"context":[],
+            "messages":[{"id":"m","role":"user","content":"hi"}],
+            "forwardedProps":{"iacCode":{"schemaVersion":1,"rosInvocationId":"i",
+            "cwd":"/workspace/a","llmApiKey":"sk-1","llmApiKey":"sk-2"}}}"#;
+        let e = parse_run(body, &roots(), None).1.unwrap_err();
+        assert!(e.message(Lang::En).contains("appears twice"), "{e}");
+        let body = br#"{"threadId":"t","threadId":"u"}"#;
+        let e = parse_run(body, &roots(), None).1.unwrap_err();
+        assert!(
+            e.message(Lang::En).contains("`threadId` appears twice"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn state_and_context_are_skipped_unbuilt_and_lang_comes_from_the_one_parse() {
+        let mut v = base();
+        let deep = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
+        let mut text = serde_json::to_string(&v).unwrap();
+        text = text.replace(r#""state":{}"#, &format!(r#""state":{deep}"#));
+        assert!(parse_run(text.as_bytes(), &roots(), None).1.is_ok());
+        v["forwardedProps"]["iacCode"]["preferredLanguage"] = json!("zh-CN");
+        v["tools"] = json!([1]);
+        let (lang, r) = parse_run(&serde_json::to_vec(&v).unwrap(), &roots(), Some("en"));
+        assert_eq!(lang, Lang::Zh);
+        assert!(r.is_err());
+        let (lang, _) = parse_run(b"{not json", &roots(), Some("zh"));
+        assert_eq!(lang, Lang::Zh);
+        let (lang, _) = parse_run(b"[]", &roots(), None);
+        assert_eq!(lang, Lang::En);
+    }
 }
