@@ -28,8 +28,24 @@ pub struct Config {
     pub a2a_idle_timeout: Duration,
     pub kernel_start_timeout: Duration,
     pub workers: usize,
-    /// A client that accepts no bytes of its stream for this long is dropped (its run cancelled).
+    /// Open client connections; beyond it a fast 503.
+    pub max_connections: usize,
+    /// Request line plus headers, in bytes (431 beyond).
+    pub max_header_bytes: usize,
+    /// Header lines per request (431 beyond).
+    pub max_headers: usize,
+    /// Request-target length (414 beyond).
+    pub max_url_bytes: usize,
+    /// Time to receive a request's head (408 and close beyond).
+    pub header_timeout: Duration,
+    /// Total time to receive a request's body (408 and close beyond).
+    pub body_timeout: Duration,
+    /// Idle time of a keep-alive connection before it is closed.
+    pub keepalive_timeout: Duration,
+    /// A client that accepts no bytes for this long is dropped.
     pub write_timeout: Duration,
+    /// Extra `Host` values accepted when bound to a loopback address (lower-case).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// What the command line asked for.
@@ -60,11 +76,24 @@ Options:
   --interrupt-ttl SECS        lifetime of a pending interrupt (default 540)
   --a2a-idle-timeout SECS     fail a run whose upstream is silent this long, 0 = never (default 900)
   --kernel-start-timeout SECS wait this long for the managed kernel's /health (default 60)
-  --workers N                 HTTP worker threads (default 8)
-  --write-timeout SECS        drop a client that accepts no bytes for SECS (default 60)
+  --workers N                 HTTP dispatcher threads; each request runs on its own
+                              thread (default 8)
+  --max-connections N         open client connections; beyond it a fast 503 (default 2048)
+  --max-header-bytes N        request line plus headers, in bytes; beyond it 431 (default 16384)
+  --max-headers N             header lines per request; beyond it 431 (default 100)
+  --max-url-bytes N           request-target length; beyond it 414 (default 8192)
+  --header-timeout SECS       time to send the request head; beyond it 408 (default 60)
+  --body-timeout SECS         total time to send the request body; beyond it 408 (default 60)
+  --keepalive-timeout SECS    idle keep-alive connections are closed after SECS (default 5)
+  --write-timeout SECS        a client that accepts no bytes this long is dropped (default 60)
+  --allowed-host HOST         extra Host header value accepted when bound to loopback (only
+                              localhost, 127.0.0.1 and [::1] are otherwise); repeatable, env
+                              comma-separated; on a non-loopback bind, enables the Host check
   --debug                     debug logging
   --log-stdout                log to stdout instead of stderr
   --config FILE               YAML file with the keys above (flat `key: value`)
+                              Each option also reads IAC_CODE_AGUI_<OPTION> (upper snake case,
+                              e.g. IAC_CODE_AGUI_MAX_CONNECTIONS); the command line wins.
   -h, --help                  print this help
   -V, --version               print the version
 
@@ -86,7 +115,15 @@ const FLAGS: &[(&str, bool)] = &[
     ("a2a-idle-timeout", true),
     ("kernel-start-timeout", true),
     ("workers", true),
+    ("max-connections", true),
+    ("max-header-bytes", true),
+    ("max-headers", true),
+    ("max-url-bytes", true),
+    ("header-timeout", true),
+    ("body-timeout", true),
+    ("keepalive-timeout", true),
     ("write-timeout", true),
+    ("allowed-host", true),
     ("debug", false),
     ("log-stdout", false),
     ("config", true),
@@ -98,6 +135,15 @@ const ENV: &[(&str, &str)] = &[
     ("a2a-url", "IAC_CODE_AGUI_A2A_URL"),
     ("a2a-command", "IAC_CODE_AGUI_A2A_COMMAND"),
     ("state-dir", "IAC_CODE_AGUI_STATE_DIR"),
+    ("max-connections", "IAC_CODE_AGUI_MAX_CONNECTIONS"),
+    ("max-header-bytes", "IAC_CODE_AGUI_MAX_HEADER_BYTES"),
+    ("max-headers", "IAC_CODE_AGUI_MAX_HEADERS"),
+    ("max-url-bytes", "IAC_CODE_AGUI_MAX_URL_BYTES"),
+    ("header-timeout", "IAC_CODE_AGUI_HEADER_TIMEOUT"),
+    ("body-timeout", "IAC_CODE_AGUI_BODY_TIMEOUT"),
+    ("keepalive-timeout", "IAC_CODE_AGUI_KEEPALIVE_TIMEOUT"),
+    ("write-timeout", "IAC_CODE_AGUI_WRITE_TIMEOUT"),
+    ("allowed-host", "IAC_CODE_AGUI_ALLOWED_HOST"),
 ];
 
 impl Command {
@@ -108,6 +154,8 @@ impl Command {
         E: Fn(&str) -> Option<String>,
     {
         let mut cli: HashMap<&'static str, String> = HashMap::new();
+        // The one repeatable option: its values accumulate (joined by ',' like the env form).
+        let mut hosts: Vec<String> = Vec::new();
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             match arg.as_str() {
@@ -137,7 +185,14 @@ impl Command {
             } else {
                 "true".to_string()
             };
+            if flag == "allowed-host" {
+                hosts.push(value);
+                continue;
+            }
             cli.insert(flag, value);
+        }
+        if !hosts.is_empty() {
+            cli.insert("allowed-host", hosts.join(","));
         }
         let yaml = match cli.get("config") {
             Some(path) => parse_yaml(path)?,
@@ -203,13 +258,22 @@ impl Command {
                 60.0,
             )?,
             workers: number(get("workers"), "workers", 8usize)?.max(1),
-            write_timeout: seconds(get("write-timeout"), "write-timeout", 60.0)?,
+            max_connections: positive(get("max-connections"), "max-connections", 2048)?,
+            max_header_bytes: positive(get("max-header-bytes"), "max-header-bytes", 16384)?,
+            max_headers: positive(get("max-headers"), "max-headers", 100)?,
+            max_url_bytes: positive(get("max-url-bytes"), "max-url-bytes", 8192)?,
+            header_timeout: positive_seconds(get("header-timeout"), "header-timeout", 60.0)?,
+            body_timeout: positive_seconds(get("body-timeout"), "body-timeout", 60.0)?,
+            keepalive_timeout: positive_seconds(
+                get("keepalive-timeout"),
+                "keepalive-timeout",
+                5.0,
+            )?,
+            write_timeout: positive_seconds(get("write-timeout"), "write-timeout", 60.0)?,
+            allowed_hosts: host_list(get("allowed-host"))?,
         };
         if config.heartbeat.is_zero() {
             return Err("'--heartbeat-interval' must be above 0".into());
-        }
-        if config.write_timeout.is_zero() {
-            return Err("'--write-timeout' must be above 0".into());
         }
         Ok(Command::Run(Box::new(config)))
     }
@@ -228,6 +292,47 @@ fn number<T: std::str::FromStr>(v: Option<String>, name: &str, default: T) -> Re
 fn seconds(v: Option<String>, name: &str, default: f64) -> Result<Duration, String> {
     let secs: f64 = number(v, name, default)?;
     Duration::try_from_secs_f64(secs).map_err(|_| format!("'--{name}' must be 0 or more seconds"))
+}
+
+fn positive(v: Option<String>, name: &str, default: usize) -> Result<usize, String> {
+    match number(v, name, default)? {
+        0 => Err(format!("'--{name}' must be above 0")),
+        n => Ok(n),
+    }
+}
+
+fn positive_seconds(v: Option<String>, name: &str, default: f64) -> Result<Duration, String> {
+    let d = seconds(v, name, default)?;
+    if d.is_zero() {
+        return Err(format!("'--{name}' must be above 0 seconds"));
+    }
+    Ok(d)
+}
+
+/// `--allowed-host` values: comma-separated, trimmed, lower-cased (Host matching ignores case).
+fn host_list(v: Option<String>) -> Result<Vec<String>, String> {
+    let Some(v) = v else {
+        return Ok(Vec::new());
+    };
+    let hosts: Vec<String> = v
+        .split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .collect();
+    if let Some(bad) = hosts.iter().find(|h| h.contains(['/', '@', ' '])) {
+        return Err(format!("'--allowed-host' expects a host name, got '{bad}'"));
+    }
+    Ok(hosts)
+}
+
+/// Whether `host` (a bind address) is a loopback one: only then is the `Host` header checked by
+/// default (a browser page can reach a loopback port through DNS rebinding).
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    }
 }
 
 fn flag(v: Option<String>, name: &str) -> Result<bool, String> {
@@ -422,5 +527,89 @@ mod tests {
         assert!(parse(&["--config", f], &[])
             .unwrap_err()
             .contains("unknown key"));
+    }
+
+    #[test]
+    fn limit_flags_have_defaults_env_yaml_and_validation() {
+        let c = config(&[], &[]);
+        assert_eq!(
+            (
+                c.max_connections,
+                c.max_header_bytes,
+                c.max_headers,
+                c.max_url_bytes
+            ),
+            (2048, 16384, 100, 8192)
+        );
+        assert_eq!(
+            (
+                c.header_timeout,
+                c.body_timeout,
+                c.keepalive_timeout,
+                c.write_timeout
+            ),
+            (
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+                Duration::from_secs(5),
+                Duration::from_secs(60)
+            )
+        );
+        assert!(c.allowed_hosts.is_empty());
+        let c = config(
+            &["--max-connections", "10", "--body-timeout=0.5"],
+            &[
+                ("IAC_CODE_AGUI_MAX_CONNECTIONS", "20"),
+                ("IAC_CODE_AGUI_MAX_HEADERS", "7"),
+                ("IAC_CODE_AGUI_WRITE_TIMEOUT", "3"),
+            ],
+        );
+        assert_eq!((c.max_connections, c.max_headers), (10, 7));
+        assert_eq!(c.body_timeout, Duration::from_millis(500));
+        assert_eq!(c.write_timeout, Duration::from_secs(3));
+        for bad in [
+            ["--max-connections", "0"],
+            ["--max-url-bytes", "-1"],
+            ["--header-timeout", "0"],
+            ["--keepalive-timeout", "x"],
+        ] {
+            assert!(parse(&bad, &[]).is_err(), "{bad:?}");
+        }
+        let dir = std::env::temp_dir().join(format!("agui-cfg-lim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.yaml");
+        std::fs::write(
+            &file,
+            "max_url_bytes: 100\nallowed-host: A.example, b.example\n",
+        )
+        .unwrap();
+        let c = config(&["--config", file.to_str().unwrap()], &[]);
+        assert_eq!(c.max_url_bytes, 100);
+        assert_eq!(c.allowed_hosts, ["a.example", "b.example"]);
+    }
+
+    #[test]
+    fn allowed_host_repeats_and_env_is_comma_separated() {
+        let c = config(
+            &["--allowed-host", "One.test", "--allowed-host=two.test:8000"],
+            &[],
+        );
+        assert_eq!(c.allowed_hosts, ["one.test", "two.test:8000"]);
+        let c = config(&[], &[("IAC_CODE_AGUI_ALLOWED_HOST", "a.test, b.test")]);
+        assert_eq!(c.allowed_hosts, ["a.test", "b.test"]);
+        assert!(parse(&["--allowed-host", "http://x/"], &[]).is_err());
+        for (host, lo) in [
+            ("127.0.0.1", true),
+            ("::1", true),
+            ("[::1]", true),
+            ("localhost", true),
+            ("LOCALHOST", true),
+            ("127.0.0.2", true),
+            ("0.0.0.0", false),
+            ("::", false),
+            ("192.168.1.1", false),
+        ] {
+            assert_eq!(is_loopback_host(host), lo, "{host}");
+        }
     }
 }

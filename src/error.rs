@@ -6,8 +6,9 @@
 
 use std::fmt;
 
-/// The error codes of the spec (plus `EXECUTION_NOT_FOUND` from the cancel extension and
-/// `STATE_UNAVAILABLE`, which the reference adapter answers when the state store cannot be read).
+/// The error codes of the spec (plus `EXECUTION_NOT_FOUND` from the cancel extension,
+/// `STATE_UNAVAILABLE`, which the reference adapter answers when the state store cannot be read,
+/// and `INTERNAL_ERROR` for a request handler that panicked, where the reference gives a bare 500).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
     InvalidInput,
@@ -29,6 +30,7 @@ pub enum Code {
     A2aProtocolError,
     A2aExecutionFailed,
     Cancelled,
+    InternalError,
 }
 
 impl Code {
@@ -53,6 +55,7 @@ impl Code {
             Code::A2aProtocolError => "A2A_PROTOCOL_ERROR",
             Code::A2aExecutionFailed => "A2A_EXECUTION_FAILED",
             Code::Cancelled => "CANCELLED",
+            Code::InternalError => "INTERNAL_ERROR",
         }
     }
 
@@ -70,6 +73,7 @@ impl Code {
             Code::StateUnavailable | Code::A2aUnavailable => 503,
             Code::A2aProtocolError | Code::A2aExecutionFailed => 502,
             Code::Cancelled => 409,
+            Code::InternalError => 500,
         }
     }
 }
@@ -206,6 +210,54 @@ impl Error {
         )
     }
 
+    /// The answers the HTTP layer gives by itself to a request it cannot serve (framing, limits,
+    /// connection cap), by status.
+    pub fn http_limit(status: u16) -> Error {
+        let (en, zh) = match status {
+            400 => (
+                "The request is not valid HTTP/1.1 (malformed or ambiguous framing).",
+                "请求不是合法的 HTTP/1.1（格式错误或分帧有歧义）。",
+            ),
+            408 => (
+                "The request was not received in time.",
+                "未能在限定时间内收到完整请求。",
+            ),
+            413 => ("The request body is too large.", "请求体过大。"),
+            414 => ("The request target (URL) is too long.", "请求 URL 过长。"),
+            431 => (
+                "The request header section is too large or has too many fields.",
+                "请求头过大或字段过多。",
+            ),
+            503 => {
+                return Error::new(
+                    Code::A2aUnavailable,
+                    "The server is at its connection limit; retry shortly.",
+                    "服务器连接数已达上限，请稍后重试。",
+                )
+            }
+            _ => ("The request could not be served.", "无法处理该请求。"),
+        };
+        Error::invalid(en, zh).with_status(status)
+    }
+
+    /// A handler panicked: the client gets this, the log gets the backtrace.
+    pub fn internal() -> Error {
+        Error::new(
+            Code::InternalError,
+            "Internal server error; the request was not completed.",
+            "服务器内部错误，请求未完成。",
+        )
+    }
+
+    /// No thread could be started for a request: retry later.
+    pub fn overloaded() -> Error {
+        Error::new(
+            Code::A2aUnavailable,
+            "The server cannot take more requests right now; retry shortly.",
+            "服务器暂时无法接收更多请求，请稍后重试。",
+        )
+    }
+
     pub fn cancelled() -> Error {
         Error::new(
             Code::Cancelled,
@@ -248,5 +300,20 @@ mod tests {
         assert_eq!(e.to_json(Lang::En)["error"]["code"], "INVALID_INPUT");
         assert_eq!(e.status(), 400);
         assert_eq!(e.with_status(413).status(), 413);
+    }
+
+    #[test]
+    fn http_limit_answers_use_the_catalogue() {
+        for status in [400, 408, 413, 414, 431] {
+            let e = Error::http_limit(status);
+            assert_eq!((e.code, e.status()), (Code::InvalidInput, status));
+            assert!(!e.message(Lang::Zh).is_empty());
+        }
+        let e = Error::http_limit(503);
+        assert_eq!((e.code, e.status()), (Code::A2aUnavailable, 503));
+        assert_eq!(
+            e.message(Lang::En),
+            "The server is at its connection limit; retry shortly."
+        );
     }
 }

@@ -1,38 +1,135 @@
-//! The HTTP surface: routes, authentication, body limits and pre-SSE error answers.
+//! The HTTP surface: routes, Host and bearer checks, body limits and pre-SSE error answers.
 //!
-//! A fixed pool of workers takes requests from tiny_http. A run request that is admitted gets its own
-//! OS thread, which owns the raw connection for the life of the SSE stream; the worker goes back to
-//! the queue at once.
+//! A few dispatcher threads take requests from tiny_http and hand each to its own short-lived
+//! thread, which runs the handler under `catch_unwind`: a slow body or a panic only ever holds or
+//! ends that one thread, never a shared worker. An admitted run continues on the same thread, which
+//! owns the raw connection for the life of the SSE stream.
 
+use crate::config::{self, Config};
 use crate::error::{Error, Lang};
 use crate::input::{self, MAX_BODY_BYTES};
-use crate::run::{self, App};
+use crate::run::{self, Admitted, App};
 use crate::stream::SseStream;
-use std::io::Read;
+use parking_lot::Mutex;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tiny_http::{Header, Method, Request, Response};
 
 const CANCEL_PREFIX: &str = "/extensions/iac-code/v1/executions/";
 const MAX_CANCEL_BODY: usize = 64 * 1024;
 pub const PROTOCOL_VERSION: &str = "1.0.0";
+/// Stack of a request thread, which is also the run's thread: runs are many and long-lived.
 const RUN_STACK: usize = 512 * 1024;
+/// Name of request threads; the panic hook logs their panics with a backtrace.
+const REQUEST_THREAD: &str = "http-req";
+const READ_CHUNK: usize = 64 * 1024;
 
-/// Starts `workers` threads serving `server`.
-pub fn serve(app: Arc<App>, server: Arc<tiny_http::Server>, workers: usize) {
-    for i in 0..workers {
+/// The limits tiny_http enforces for us, from the configuration; its own error answers carry the
+/// same JSON shape as ours.
+pub fn limits(config: &Config) -> tiny_http::Limits {
+    tiny_http::Limits {
+        max_head_bytes: config.max_header_bytes,
+        max_headers: config.max_headers,
+        max_url_bytes: config.max_url_bytes,
+        head_timeout: Some(config.header_timeout),
+        keepalive_timeout: Some(config.keepalive_timeout),
+        body_timeout: Some(config.body_timeout),
+        write_timeout: Some(config.write_timeout),
+        max_connections: config.max_connections,
+        error_body: Arc::new(error_body),
+    }
+}
+
+/// The body of an answer tiny_http gives by itself (no request language is known there: English).
+pub fn error_body(status: u16) -> (Vec<u8>, &'static str) {
+    let body = Error::http_limit(status).to_json(Lang::En);
+    (
+        serde_json::to_vec(&body).unwrap_or_default(),
+        "application/json",
+    )
+}
+
+/// Starts `dispatchers` threads taking requests from `server`; each request gets its own thread.
+pub fn serve(app: Arc<App>, server: Arc<tiny_http::Server>, dispatchers: usize) {
+    log_request_panics();
+    for i in 0..dispatchers {
         let (app, server) = (app.clone(), server.clone());
-        std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name(format!("http-{i}"))
             .spawn(move || loop {
                 match server.recv() {
-                    Ok(req) => handle(&app, req),
+                    Ok(req) => dispatch(&app, req),
                     Err(e) => {
                         log::error!("accept failed: {e}");
-                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        std::thread::sleep(Duration::from_millis(10));
                     }
                 }
-            })
-            .expect("spawn http worker");
+            });
+        if let Err(e) = spawned {
+            log::error!("cannot spawn HTTP dispatcher {i}: {e}");
+        }
+    }
+}
+
+/// Hands `req` to a new thread. When no thread can be started the dispatcher answers 503 itself:
+/// the request is kept in a cell the failed closure shared, so it is not lost with the closure.
+fn dispatch(app: &Arc<App>, req: Request) {
+    let cell = Arc::new(Mutex::new(Some(req)));
+    let (app2, cell2) = (app.clone(), cell.clone());
+    let spawned = std::thread::Builder::new()
+        .name(REQUEST_THREAD.into())
+        .stack_size(RUN_STACK)
+        .spawn(move || {
+            let req = cell2.lock().take();
+            if let Some(req) = req {
+                handle_guarded(&app2, req);
+            }
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot spawn a request thread: {e}");
+        if let Some(req) = cell.lock().take() {
+            reply_error(req, &Error::overloaded(), Lang::En);
+        }
+    }
+}
+
+/// Installs (once) a panic hook that logs a request thread's panic with a backtrace; other
+/// threads keep the previous hook.
+fn log_request_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some(REQUEST_THREAD) {
+                let bt = std::backtrace::Backtrace::force_capture();
+                log::error!("request handler panicked: {info}\n{bt}");
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs the handler; a panic (logged by the hook) answers a JSON 500 if the request was not
+/// answered yet.
+fn handle_guarded(app: &Arc<App>, req: Request) {
+    guarded(
+        req,
+        |slot| handle(app, slot),
+        |req| reply_error(req, &Error::internal(), Lang::En),
+    );
+}
+
+/// Runs `f` on `item` held in a slot that outlives a panic of `f`: `f` takes the item out when it
+/// is done with it, and whatever is left after a panic goes to `on_panic` (a request dropped
+/// during the unwinding would send tiny_http's bare 500 instead of ours).
+fn guarded<T>(item: T, f: impl FnOnce(&mut Option<T>), on_panic: impl FnOnce(T)) {
+    let mut slot = Some(item);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut slot)));
+    if outcome.is_err() {
+        if let Some(item) = slot.take() {
+            on_panic(item);
+        }
     }
 }
 
@@ -49,110 +146,169 @@ fn json_response(status: u16, body: &serde_json::Value) -> Response<std::io::Cur
         .with_header(Header::from_bytes("Content-Type", "application/json").expect("static header"))
 }
 
+/// Answers a pre-SSE error. tiny_http adds `Connection: close` and closes the connection itself
+/// when the body was left unread (an application cannot set that header).
 fn reply_error(req: Request, e: &Error, lang: Lang) {
     log::debug!(
         "{} {} -> {} {}",
         req.method(),
-        req.url(),
+        req.url().get(..200).unwrap_or("(long url)"),
         e.status(),
         e.code
     );
     let _ = req.respond(json_response(e.status(), &e.to_json(lang)));
 }
 
-fn handle(app: &Arc<App>, mut req: Request) {
-    let path = req.url().split('?').next().unwrap_or("").to_string();
-    let accept_language = header(&req, "Accept-Language").map(String::from);
-    let header_lang = Lang::choose(None, accept_language.as_deref());
-    let method = req.method().clone();
-    let route = match path.as_str() {
-        "/health" => Route::Health,
-        "/" => Route::Run,
-        p if p.starts_with(CANCEL_PREFIX) && p.ends_with("/cancel") => {
-            let id = &p[CANCEL_PREFIX.len()..p.len() - "/cancel".len()];
-            if id.is_empty() || id.contains('/') {
-                Route::Unknown
-            } else {
-                Route::Cancel(id.to_string())
+/// What a request needs once its checks passed.
+enum Next {
+    Json(serde_json::Value),
+    Run(Box<Admitted>),
+}
+
+/// A refusal, in the language chosen so far; `close` when the connection must not be reused
+/// (a body cut short by its deadline).
+struct Refusal {
+    error: Error,
+    lang: Lang,
+    close: bool,
+}
+
+impl Refusal {
+    fn new(error: Error, lang: Lang) -> Refusal {
+        Refusal {
+            error,
+            lang,
+            close: false,
+        }
+    }
+}
+
+fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
+    let Some(req) = slot.as_mut() else {
+        return;
+    };
+    let next = process(app, req);
+    let Some(req) = slot.take() else {
+        return;
+    };
+    match next {
+        Ok(Next::Json(v)) => {
+            let _ = req.respond(json_response(200, &v));
+        }
+        Ok(Next::Run(admitted)) => stream_run(app, req, *admitted),
+        Err(r) => {
+            let socket = if r.close { req.socket() } else { None };
+            if let Some(s) = &socket {
+                // Nothing more is read from this client: tiny_http must not wait for the rest
+                // of the body before it closes the connection.
+                let _ = s.shutdown(std::net::Shutdown::Read);
+            }
+            reply_error(req, &r.error, r.lang);
+            if let Some(s) = socket {
+                let _ = s.shutdown(std::net::Shutdown::Both);
             }
         }
-        _ => Route::Unknown,
-    };
-    let allowed = match (&route, &method) {
-        (Route::Health, Method::Get | Method::Head) => true,
-        (Route::Run | Route::Cancel(_), Method::Post) => true,
-        (Route::Unknown, _) => {
-            let e = Error::invalid(
-                format!("No route for {path}."),
-                format!("不存在路由 {path}。"),
-            )
-            .with_status(404);
-            return reply_error(req, &e, header_lang);
-        }
-        _ => false,
-    };
-    if !allowed {
-        let e = Error::invalid(
-            format!("Method {method} is not allowed on {path}."),
-            format!("{path} 不支持 {method} 方法。"),
-        )
-        .with_status(405);
-        return reply_error(req, &e, header_lang);
     }
+}
+
+/// Every check of a request up to admission, in the order a client sees them.
+fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
+    let accept_language = header(req, "Accept-Language").map(String::from);
+    let header_lang = Lang::choose(None, accept_language.as_deref());
+    let refuse = |e: Error| Refusal::new(e, header_lang);
+    check_host(&app.config, req).map_err(refuse)?;
+    let path = req.url().split('?').next().unwrap_or("").to_string();
+    let route = Route::of(&path);
+    check_method(&route, req.method(), &path).map_err(refuse)?;
     if let Route::Health = route {
-        let body = serde_json::json!({
+        return Ok(Next::Json(serde_json::json!({
             "status": "ok",
             "protocol": "ag-ui",
             "protocolPackageVersion": PROTOCOL_VERSION,
             "executionKernel": "a2a-1.0",
             "serverVersion": env!("CARGO_PKG_VERSION"),
-        });
-        let _ = req.respond(json_response(200, &body));
-        return;
+        })));
     }
     if let Some(token) = &app.config.auth_token {
-        if !bearer_matches(header(&req, "Authorization"), token) {
-            let e = Error::invalid(
-                "Missing or invalid bearer token.",
-                "缺少或无效的 Bearer token。",
-            )
-            .with_status(401);
-            return reply_error(req, &e, header_lang);
+        if !bearer_matches(header(req, "Authorization"), token) {
+            return Err(refuse(
+                Error::invalid(
+                    "Missing or invalid bearer token.",
+                    "缺少或无效的 Bearer token。",
+                )
+                .with_status(401),
+            ));
         }
     }
-    let is_json = header(&req, "Content-Type").is_some_and(|v| {
+    check_json_content_type(req).map_err(refuse)?;
+    let limit = match route {
+        Route::Run => MAX_BODY_BYTES,
+        _ => MAX_CANCEL_BODY,
+    };
+    let body =
+        read_body(req, limit, app.config.body_timeout).map_err(|(error, close)| Refusal {
+            error,
+            lang: header_lang,
+            close,
+        })?;
+    match route {
+        Route::Cancel(id) => run::cancel_execution(app, &id, &body)
+            .map(Next::Json)
+            .map_err(refuse),
+        Route::Run => admit_run(app, req, body, accept_language.as_deref()),
+        Route::Health | Route::Unknown => Err(refuse(Error::internal())),
+    }
+}
+
+fn check_method(route: &Route, method: &Method, path: &str) -> Result<(), Error> {
+    let allowed = match (route, method) {
+        (Route::Health, Method::Get | Method::Head) => true,
+        (Route::Run | Route::Cancel(_), Method::Post) => true,
+        (Route::Unknown, _) => {
+            let shown = shorten(path);
+            return Err(Error::invalid(
+                format!("No route for {shown}."),
+                format!("不存在路由 {shown}。"),
+            )
+            .with_status(404));
+        }
+        _ => false,
+    };
+    if allowed {
+        return Ok(());
+    }
+    let shown = shorten(path);
+    Err(Error::invalid(
+        format!("Method {method} is not allowed on {shown}."),
+        format!("{shown} 不支持 {method} 方法。"),
+    )
+    .with_status(405))
+}
+
+/// A path as echoed in an error: at most 200 bytes, so a long URL is not sent back whole.
+fn shorten(path: &str) -> String {
+    match path.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &path[..i]),
+        None => path.to_string(),
+    }
+}
+
+fn check_json_content_type(req: &Request) -> Result<(), Error> {
+    let is_json = header(req, "Content-Type").is_some_and(|v| {
         v.split(';')
             .next()
             .unwrap_or("")
             .trim()
             .eq_ignore_ascii_case("application/json")
     });
-    if !is_json {
-        let e = Error::invalid(
-            "The request body must be sent with Content-Type: application/json.",
-            "请求体必须使用 Content-Type: application/json。",
-        )
-        .with_status(415);
-        return reply_error(req, &e, header_lang);
+    if is_json {
+        return Ok(());
     }
-    let limit = match route {
-        Route::Run => MAX_BODY_BYTES,
-        _ => MAX_CANCEL_BODY,
-    };
-    let body = match read_body(&mut req, limit) {
-        Ok(b) => b,
-        Err(e) => return reply_error(req, &e, header_lang),
-    };
-    match route {
-        Route::Cancel(id) => match run::cancel_execution(app, &id, &body) {
-            Ok(v) => {
-                let _ = req.respond(json_response(200, &v));
-            }
-            Err(e) => reply_error(req, &e, header_lang),
-        },
-        Route::Run => start_run(app, req, &body, accept_language.as_deref()),
-        _ => {}
-    }
+    Err(Error::invalid(
+        "The request body must be sent with Content-Type: application/json.",
+        "请求体必须使用 Content-Type: application/json。",
+    )
+    .with_status(415))
 }
 
 enum Route {
@@ -162,7 +318,101 @@ enum Route {
     Unknown,
 }
 
-fn read_body(req: &mut Request, limit: usize) -> Result<Vec<u8>, Error> {
+impl Route {
+    /// Matches a path without slicing by computed offsets: the cancel prefix and suffix may
+    /// overlap (`…/executions/cancel`), and that must be a 404, not a panic.
+    fn of(path: &str) -> Route {
+        match path {
+            "/health" => Route::Health,
+            "/" => Route::Run,
+            p => match p
+                .strip_prefix(CANCEL_PREFIX)
+                .and_then(|rest| rest.strip_suffix("/cancel"))
+            {
+                Some(id) if !id.is_empty() && !id.contains('/') => Route::Cancel(id.to_string()),
+                _ => Route::Unknown,
+            },
+        }
+    }
+}
+
+/// The Host check against DNS rebinding: a page on another origin can make a browser reach a
+/// loopback port under the attacker's host name, but not send a loopback `Host`. Applied to every
+/// route (health too) when bound to loopback or when `--allowed-host` was given. A request
+/// without exactly one `Host` is refused on HTTP/1.1, as RFC 9112 §3.2 requires.
+fn check_host(config: &Config, req: &Request) -> Result<(), Error> {
+    let mut hosts = req
+        .headers()
+        .iter()
+        .filter(|h| h.field.equiv("Host"))
+        .map(|h| h.value.as_str());
+    let (host, more) = (hosts.next(), hosts.next().is_some());
+    let http11 = *req.http_version() >= (1, 1);
+    if more || (host.is_none() && http11) {
+        return Err(Error::invalid(
+            "The request must carry exactly one Host header.",
+            "请求必须且只能携带一个 Host 头。",
+        ));
+    }
+    let enforced = config::is_loopback_host(&config.host) || !config.allowed_hosts.is_empty();
+    match host {
+        Some(h) if enforced && !host_allowed(h, config) => Err(Error::invalid(
+            "Host not allowed: this server answers only to localhost, 127.0.0.1, [::1] \
+             and its --allowed-host entries.",
+            "Host 不被允许：本服务只接受 localhost、127.0.0.1、[::1] 及 --allowed-host 中的主机名。",
+        )
+        .with_status(403)),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a `Host` value (`name[:port]`, `[v6][:port]`) names this server.
+fn host_allowed(value: &str, config: &Config) -> bool {
+    let value = value.trim().to_ascii_lowercase();
+    let Some(name) = host_name(&value) else {
+        return false;
+    };
+    let bind = config
+        .host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    let bind_literal = bind.parse::<std::net::IpAddr>().ok().map(|ip| match ip {
+        std::net::IpAddr::V6(_) => format!("[{bind}]"),
+        std::net::IpAddr::V4(_) => bind.clone(),
+    });
+    ["localhost", "127.0.0.1", "[::1]"].contains(&name)
+        || bind_literal.as_deref() == Some(name)
+        || config
+            .allowed_hosts
+            .iter()
+            .any(|a| a == name || *a == value)
+}
+
+/// The host part of a lower-cased `Host` value; `None` when the port is not a number.
+fn host_name(value: &str) -> Option<&str> {
+    let (name, port) = if value.starts_with('[') {
+        value.split_at(value.find(']')? + 1)
+    } else {
+        value.find(':').map_or((value, ""), |i| value.split_at(i))
+    };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    (port_ok && !name.is_empty()).then_some(name)
+}
+
+/// Reads the body with a fixed buffer, at most `limit` bytes and within `deadline` in total.
+/// The error's flag says the connection must be closed at once: the client is too slow or the
+/// socket failed. A 413 leaves the rest of the body to tiny_http, which discards it or closes the
+/// connection after the answer (closing at once would make a client still sending its body miss
+/// the 413 in a reset).
+fn read_body(
+    req: &mut Request,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Vec<u8>, (Error, bool)> {
     let too_large = || {
         Error::invalid(
             format!("The request body exceeds {} bytes.", limit),
@@ -171,22 +421,69 @@ fn read_body(req: &mut Request, limit: usize) -> Result<Vec<u8>, Error> {
         .with_status(413)
     };
     if req.body_length().is_some_and(|n| n > limit) {
-        return Err(too_large());
+        return Err((too_large(), false));
     }
-    let mut body = Vec::new();
-    req.as_reader()
-        .take(limit as u64 + 1)
-        .read_to_end(&mut body)
-        .map_err(|_| Error::invalid("The request body could not be read.", "无法读取请求体。"))?;
-    if body.len() > limit {
-        return Err(too_large());
+    let started = Instant::now();
+    let timed_out = || {
+        (
+            Error::invalid(
+                format!(
+                    "The request body was not received within {} seconds.",
+                    deadline.as_secs_f64()
+                ),
+                format!("未能在 {} 秒内收到完整请求体。", deadline.as_secs_f64()),
+            )
+            .with_status(408),
+            true,
+        )
+    };
+    let socket = req.socket();
+    let mut body = Vec::with_capacity(req.body_length().unwrap_or(0).min(limit));
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let left = deadline.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        if let Some(s) = &socket {
+            // Each read waits at most for what is left of the whole body's deadline.
+            let _ = s.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+        }
+        let n = match req.as_reader().read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(timed_out())
+            }
+            Err(_) => {
+                let e = Error::invalid("The request body could not be read.", "无法读取请求体。");
+                return Err((e, true));
+            }
+        };
+        if body.len() + n > limit {
+            return Err((too_large(), false));
+        }
+        body.extend_from_slice(&buf[..n]);
     }
     Ok(body)
 }
 
-fn start_run(app: &Arc<App>, req: Request, body: &[u8], accept_language: Option<&str>) {
-    let lang = input::request_lang(body, accept_language);
-    let accepts_sse = header(&req, "Accept").is_none_or(|a| {
+/// Parses (once) and admits a run request. The body is dropped here, before the run starts.
+fn admit_run(
+    app: &Arc<App>,
+    req: &Request,
+    body: Vec<u8>,
+    accept_language: Option<&str>,
+) -> Result<Next, Refusal> {
+    let (lang, parsed) = input::parse_run(&body, &app.config.allowed_cwds, accept_language);
+    drop(body);
+    let accepts_sse = header(req, "Accept").is_none_or(|a| {
         a.split(',').any(|t| {
             let t = t.split(';').next().unwrap_or("").trim();
             t == "text/event-stream" || t == "*/*" || t == "text/*"
@@ -198,47 +495,34 @@ fn start_run(app: &Arc<App>, req: Request, body: &[u8], accept_language: Option<
             "客户端必须接受 text/event-stream。",
         )
         .with_status(406);
-        return reply_error(req, &e, lang);
+        return Err(Refusal::new(e, lang));
     }
-    let parsed = match input::parse_run(body, &app.config.allowed_cwds) {
-        Ok(p) => p,
-        Err(e) => return reply_error(req, &e, lang),
-    };
-    let admitted = match run::admit(app, parsed, lang) {
-        Ok(a) => a,
-        Err(e) => return reply_error(req, &e, lang),
-    };
-    let app = app.clone();
-    // The run thread owns the connection; admission already marked the thread busy, and dropping
-    // `admitted` on any failure below releases it.
-    let spawned = std::thread::Builder::new()
-        .name("run".into())
-        .stack_size(RUN_STACK)
-        .spawn(move || {
-            let stream = match SseStream::open(req, app.config.write_timeout) {
-                Ok(s) => s,
-                Err(e) => {
-                    log::info!("client left before the stream started: {e}");
-                    return; // dropping `admitted` frees the thread
-                }
-            };
-            app.heartbeats.register(&stream);
-            run::run(app, admitted, stream);
-        });
-    if let Err(e) = spawned {
-        log::error!("cannot spawn a run thread: {e}");
-    }
+    let parsed = parsed.map_err(|e| Refusal::new(e, lang))?;
+    let admitted = run::admit(app, parsed, lang).map_err(|e| Refusal::new(e, lang))?;
+    Ok(Next::Run(Box::new(admitted)))
 }
 
-/// Constant-time comparison of the presented bearer token.
+/// The run continues on this request thread, which owns the connection; admission already
+/// marked the thread busy, and dropping `admitted` on any failure releases it.
+fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted) {
+    let stream = match SseStream::open(req, app.config.write_timeout) {
+        Ok(s) => s,
+        Err(e) => {
+            log::info!("client left before the stream started: {e}");
+            return; // dropping `admitted` frees the thread
+        }
+    };
+    app.heartbeats.register(&stream);
+    run::run(app.clone(), admitted, stream);
+}
+
+/// Constant-time comparison of the presented bearer token. The scheme name is case-insensitive
+/// (RFC 9110 §11.1), the token is not.
 fn bearer_matches(header: Option<&str>, token: &str) -> bool {
     let presented = header
-        .and_then(|h| {
-            h.strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-        })
-        .unwrap_or("")
-        .trim()
+        .and_then(|h| h.trim_start().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, t)| t.trim())
         .as_bytes();
     let expected = token.as_bytes();
     let mut diff = presented.len() ^ expected.len();
@@ -250,7 +534,8 @@ fn bearer_matches(header: Option<&str>, token: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::bearer_matches;
+    use super::*;
+    use crate::config::Command;
 
     #[test]
     fn bearer_tokens_compare_exactly() {
@@ -259,5 +544,132 @@ mod tests {
         assert!(!bearer_matches(Some("Bearer s3cretx"), "s3cret"));
         assert!(!bearer_matches(Some("Basic s3cret"), "s3cret"));
         assert!(!bearer_matches(None, "s3cret"));
+        assert!(!bearer_matches(Some("Bearer"), "s3cret"));
+        assert!(!bearer_matches(Some("Bearers3cret"), "s3cret"));
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert!(bearer_matches(Some("BEARER x"), "x"));
+        assert!(bearer_matches(Some("bEaReR x"), "x"));
+        assert!(bearer_matches(Some("bearer   x "), "x"));
+        assert!(!bearer_matches(Some("BEARER X"), "x"));
+    }
+
+    #[test]
+    fn routes_never_panic_on_overlapping_prefix_and_suffix() {
+        for p in [
+            "/extensions/iac-code/v1/executions/cancel",
+            "/extensions/iac-code/v1/executions//cancel",
+            "/extensions/iac-code/v1/executions/a/b/cancel",
+            "/extensions/iac-code/v1/executions/",
+            "/extensions/iac-code/v1/executions",
+        ] {
+            assert!(matches!(Route::of(p), Route::Unknown), "{p}");
+        }
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/executions/e1/cancel"), Route::Cancel(id) if id == "e1")
+        );
+        assert!(matches!(Route::of("/health"), Route::Health));
+        assert!(matches!(Route::of("/"), Route::Run));
+    }
+
+    fn config(args: &[&str]) -> Config {
+        match Command::parse(args.iter().map(|s| s.to_string()), |_| None).unwrap() {
+            Command::Run(c) => *c,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn loopback_binds_accept_only_loopback_hosts_and_allowed_entries() {
+        let c = config(&["--allowed-host", "Agui.Example"]);
+        for ok in [
+            "localhost",
+            "localhost:8000",
+            "LOCALHOST:1",
+            "127.0.0.1:41243",
+            "[::1]:80",
+            "[::1]",
+            "agui.example",
+            "AGUI.example:443",
+        ] {
+            assert!(host_allowed(ok, &c), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8000",
+            "localhost.",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "127.0.0.2",
+            "::1",
+            "localhost:80x",
+            "localhost:",
+            "",
+            "[::1",
+        ] {
+            assert!(!host_allowed(bad, &c), "{bad}");
+        }
+        let c = config(&["--host", "127.0.0.5"]);
+        assert!(host_allowed("127.0.0.5:9", &c));
+        let c = config(&["--allowed-host", "proxy.test:8443"]);
+        assert!(host_allowed("proxy.test:8443", &c));
+        assert!(!host_allowed("proxy.test:1", &c));
+    }
+
+    #[test]
+    fn host_names_split_off_their_port() {
+        assert_eq!(host_name("a.b:80"), Some("a.b"));
+        assert_eq!(host_name("[::1]:80"), Some("[::1]"));
+        assert_eq!(host_name("a.b"), Some("a.b"));
+        assert_eq!(host_name(":80"), None);
+        assert_eq!(host_name("[::1]x"), None);
+    }
+
+    #[test]
+    fn a_panicking_handler_leaves_the_request_to_the_panic_answer() {
+        let answered = std::cell::Cell::new(None);
+        guarded(
+            "req",
+            |_slot| panic!("handler bug"),
+            |r| answered.set(Some(r)),
+        );
+        assert_eq!(answered.get(), Some("req"));
+        // A handler that took the request (answered it) leaves nothing to answer twice.
+        let answered = std::cell::Cell::new(None);
+        guarded(
+            "req",
+            |slot| {
+                slot.take();
+                panic!("after answering")
+            },
+            |r| answered.set(Some(r)),
+        );
+        assert_eq!(answered.get(), None);
+    }
+
+    #[test]
+    fn long_paths_are_not_echoed_whole() {
+        let long = "/x".repeat(10_000);
+        assert!(shorten(&long).len() < 210);
+        assert_eq!(shorten("/short"), "/short");
+    }
+
+    #[test]
+    fn tiny_http_error_bodies_are_catalogue_json() {
+        let (body, ctype) = error_body(431);
+        assert_eq!(ctype, "application/json");
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "INVALID_INPUT");
+        let v: serde_json::Value = serde_json::from_slice(&error_body(503).0).unwrap();
+        assert_eq!(v["error"]["code"], "A2A_UNAVAILABLE");
+        let l = limits(&config(&[]));
+        assert_eq!(
+            (l.max_head_bytes, l.max_headers, l.max_url_bytes),
+            (16384, 100, 8192)
+        );
+        assert_eq!(l.max_connections, 2048);
+        assert_eq!(l.keepalive_timeout, Some(Duration::from_secs(5)));
     }
 }

@@ -93,17 +93,23 @@ pub fn rfc3339(ms: u64) -> String {
 /// own key (except `.`, `..`, a trailing `.` and Windows device names); any other id becomes
 /// `aguiid~<hex of its UTF-8>`, and when that is longer than 200 bytes, `aguihash~<SHA-256>`. No
 /// key can contain a path separator or be `.`/`..`, and the three forms never collide.
+///
+/// The 200-byte cap also applies to a plain id (the reference does not cap it and fails with
+/// ENAMETOOLONG from 251 characters on, so no reference state file can exist for such an id): any
+/// threadId the spec allows gets a file name of at most 209 bytes with `.json`.
 pub fn thread_key(thread_id: &str) -> String {
-    if is_plain_key(thread_id) {
+    if thread_id.len() <= MAX_KEY_STEM && is_plain_key(thread_id) {
         return thread_id.to_string();
     }
     let stem = format!("aguiid~{}", hex(thread_id.as_bytes()));
-    if stem.len() <= 200 {
+    if stem.len() <= MAX_KEY_STEM {
         stem
     } else {
         format!("aguihash~{}", sha256_hex(thread_id.as_bytes()))
     }
 }
+
+const MAX_KEY_STEM: usize = 200;
 
 fn is_plain_key(id: &str) -> bool {
     const RESERVED: &[&str] = &["CON", "PRN", "AUX", "NUL"];
@@ -161,6 +167,24 @@ mod tests {
         let long = "X".repeat(100);
         assert_eq!(thread_key(&long).len(), "aguihash~".len() + 64);
         assert_ne!(thread_key(&long), thread_key(&"X".repeat(101)));
+    }
+
+    #[test]
+    fn long_plain_ids_are_hashed_so_the_file_name_stays_valid() {
+        assert_eq!(thread_key(&"a".repeat(200)), "a".repeat(200));
+        for n in [201, 251, 300, 10_000] {
+            let id = "a".repeat(n);
+            let k = thread_key(&id);
+            assert_eq!(k, format!("aguihash~{}", sha256_hex(id.as_bytes())), "{n}");
+        }
+        // The file can really be created (255-byte name limit) in the temp directory.
+        let dir = std::env::temp_dir().join(format!("agui-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for id in ["a".repeat(251), "é".repeat(300), "x".repeat(99)] {
+            let path = dir.join(format!("{}.json", thread_key(&id)));
+            std::fs::write(&path, b"{}").unwrap();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -6,13 +6,19 @@
 
 use crate::error::{Error, Lang};
 use base64::Engine;
-use serde_json::{Map, Value};
+use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::path::{Component, Path, PathBuf};
 
 pub const MAX_BODY_BYTES: usize = 12 * 1024 * 1024;
 pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
 pub const MAX_IMAGES_BYTES: usize = 10 * 1024 * 1024;
 pub const MAX_ROS_INVOCATION_ID: usize = 256;
+/// runIds are kept as idempotency keys in the thread file; a cap keeps that file small.
+pub const MAX_RUN_ID_BYTES: usize = 256;
 
 /// A validated run request.
 #[derive(Debug, Clone)]
@@ -108,15 +114,166 @@ fn wrong_type(path: &str, want_en: &str, want_zh: &str) -> Error {
     )
 }
 
-fn string_field(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<String>, Error> {
+fn not_json() -> Error {
+    bad(
+        "Invalid AG-UI RunAgentInput envelope: the body is not valid JSON.".into(),
+        "无效的 AG-UI RunAgentInput：请求体不是合法 JSON。".into(),
+    )
+}
+
+/// The JSON type of a raw value, from its first byte (serde_json hands out values trimmed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Object,
+    Array,
+    String,
+    Bool,
+    Null,
+    Number,
+}
+
+fn kind(raw: &RawValue) -> Kind {
+    match raw.get().as_bytes().first() {
+        Some(b'{') => Kind::Object,
+        Some(b'[') => Kind::Array,
+        Some(b'"') => Kind::String,
+        Some(b't' | b'f') => Kind::Bool,
+        Some(b'n') => Kind::Null,
+        _ => Kind::Number,
+    }
+}
+
+/// A JSON object read without building its values: the raw text of each known key's value
+/// (borrowed from the body), the first unknown key and the first repeated known key. Unknown
+/// keys' values are skipped unread, so whatever they hold costs no memory.
+struct Obj<'a> {
+    fields: Vec<(&'static str, &'a RawValue)>,
+    unknown: Option<String>,
+    duplicate: Option<&'static str>,
+}
+
+impl<'a> Obj<'a> {
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.fields.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    /// The strict form: no unknown and no repeated key.
+    fn strict(self, path: &str) -> Result<Obj<'a>, Error> {
+        if let Some(k) = &self.unknown {
+            return Err(bad(
+                format!("Unknown field `{path}.{k}`."),
+                format!("未知字段 `{path}.{k}`。"),
+            ));
+        }
+        self.no_duplicate(path)
+    }
+
+    /// A repeated key is refused everywhere: two readers could pick different values, and a
+    /// repeated secret would escape the digest's blanking.
+    fn no_duplicate(self, path: &str) -> Result<Obj<'a>, Error> {
+        match self.duplicate {
+            Some(k) => {
+                let at = if path.is_empty() {
+                    k.to_string()
+                } else {
+                    format!("{path}.{k}")
+                };
+                Err(bad(
+                    format!("Invalid AG-UI RunAgentInput envelope: field `{at}` appears twice."),
+                    format!("无效的 AG-UI RunAgentInput：字段 `{at}` 重复出现。"),
+                ))
+            }
+            None => Ok(self),
+        }
+    }
+}
+
+/// Reads `raw` as an object with the `known` keys (a type error when it is not an object).
+fn object<'a>(raw: &'a RawValue, known: &[&'static str], path: &str) -> Result<Obj<'a>, Error> {
+    if kind(raw) != Kind::Object {
+        return Err(wrong_type(path, "an object", "对象"));
+    }
+    struct Visit<'k>(&'k [&'static str]);
+    impl<'de> Visitor<'de> for Visit<'_> {
+        type Value = Obj<'de>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Obj<'de>, A::Error> {
+            let mut obj = Obj {
+                fields: Vec::new(),
+                unknown: None,
+                duplicate: None,
+            };
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                let Some(&k) = self.0.iter().find(|k| **k == key) else {
+                    obj.unknown.get_or_insert_with(|| key.into_owned());
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                };
+                let value = map.next_value::<&'de RawValue>()?;
+                if obj.get(k).is_some() {
+                    obj.duplicate.get_or_insert(k);
+                }
+                obj.fields.push((k, value));
+            }
+            Ok(obj)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    serde::Deserializer::deserialize_map(&mut de, Visit(known)).map_err(|_| not_json())
+}
+
+/// Calls `f` on each element of the array `raw` in turn, without collecting them; stops at the
+/// first error `f` returns.
+fn each_element<'a>(
+    raw: &'a RawValue,
+    mut f: impl FnMut(usize, &'a RawValue) -> Result<(), Error>,
+) -> Result<(), Error> {
+    struct Visit<'f, F>(&'f mut F, Option<Error>);
+    impl<'de, F: FnMut(usize, &'de RawValue) -> Result<(), Error>> Visitor<'de> for Visit<'_, F> {
+        type Value = Option<Error>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an array")
+        }
+        fn visit_seq<S: SeqAccess<'de>>(mut self, mut seq: S) -> Result<Option<Error>, S::Error> {
+            let mut i = 0;
+            while let Some(el) = seq.next_element::<&'de RawValue>()? {
+                if let Err(e) = (self.0)(i, el) {
+                    self.1 = Some(e);
+                    // Skip the rest unread: the deserializer insists on reaching the end.
+                    while seq.next_element::<IgnoredAny>()?.is_some() {}
+                    break;
+                }
+                i += 1;
+            }
+            Ok(self.1)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    match serde::Deserializer::deserialize_seq(&mut de, Visit(&mut f, None)) {
+        Ok(None) => Ok(()),
+        Ok(Some(e)) => Err(e),
+        Err(_) => Err(not_json()),
+    }
+}
+
+/// A raw value as a `Value` (small values only: ids, payloads, message content).
+fn value(raw: &RawValue) -> Result<Value, Error> {
+    serde_json::from_str(raw.get()).map_err(|_| not_json())
+}
+
+fn string_field(obj: &Obj, key: &str, path: &str) -> Result<Option<String>, Error> {
     match obj.get(key) {
         None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(raw) if kind(raw) == Kind::String => Ok(Some(
+            serde_json::from_str(raw.get()).map_err(|_| not_json())?,
+        )),
         Some(_) => Err(wrong_type(path, "a string", "字符串")),
     }
 }
 
-fn non_empty(obj: &Map<String, Value>, key: &str, path: &str) -> Result<String, Error> {
+fn non_empty(obj: &Obj, key: &str, path: &str) -> Result<String, Error> {
     match string_field(obj, key, path)? {
         None => Err(missing(path)),
         Some(s) if s.trim().is_empty() => Err(wrong_type(path, "a non-empty string", "非空字符串")),
@@ -124,20 +281,15 @@ fn non_empty(obj: &Map<String, Value>, key: &str, path: &str) -> Result<String, 
     }
 }
 
-fn bool_field(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<bool>, Error> {
+fn bool_field(obj: &Obj, key: &str, path: &str) -> Result<Option<bool>, Error> {
     match obj.get(key) {
         None => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(raw) if kind(raw) == Kind::Bool => Ok(Some(raw.get() == "true")),
         Some(_) => Err(wrong_type(path, "a boolean", "布尔值")),
     }
 }
 
-fn enum_field(
-    obj: &Map<String, Value>,
-    key: &str,
-    path: &str,
-    allowed: &[&str],
-) -> Result<Option<String>, Error> {
+fn enum_field(obj: &Obj, key: &str, path: &str, allowed: &[&str]) -> Result<Option<String>, Error> {
     let v = string_field(obj, key, path)?;
     if let Some(s) = &v {
         if !allowed.contains(&s.as_str()) {
@@ -151,83 +303,103 @@ fn enum_field(
     Ok(v)
 }
 
-fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, Error> {
-    v.as_object()
-        .ok_or_else(|| wrong_type(path, "an object", "对象"))
+const ENVELOPE_FIELDS: &[&str] = &[
+    "threadId",
+    "runId",
+    "parentRunId",
+    "state",
+    "messages",
+    "tools",
+    "context",
+    "forwardedProps",
+    "resume",
+];
+
+/// Parses and validates a run request body, in one pass over it: `state`, `context` and unknown
+/// fields are skipped unread, only the latest user message and the resume entries are built.
+/// Also returns the language of the answer: `preferredLanguage` when the body carries one
+/// (whether or not the request validates), else `Accept-Language`.
+pub fn parse_run(
+    body: &[u8],
+    allowed_cwds: &[PathBuf],
+    accept_language: Option<&str>,
+) -> (Lang, Result<RunInput, Error>) {
+    let mut lang = Lang::choose(None, accept_language);
+    let result = std::str::from_utf8(body)
+        .map_err(|_| not_json())
+        .and_then(|text| serde_json::from_str::<&RawValue>(text).map_err(|_| not_json()))
+        .and_then(|root| {
+            let iac = preferred_language(root);
+            lang = Lang::choose(iac.as_deref(), accept_language);
+            parse_envelope(root, allowed_cwds)
+        });
+    (lang, result)
 }
 
-fn reject_unknown(obj: &Map<String, Value>, known: &[&str], path: &str) -> Result<(), Error> {
-    if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(bad(
-            format!("Unknown field `{path}.{k}`."),
-            format!("未知字段 `{path}.{k}`。"),
-        ));
-    }
-    Ok(())
+/// `forwardedProps.iacCode.preferredLanguage` when it is there as a string, read leniently.
+fn preferred_language(root: &RawValue) -> Option<String> {
+    let root = object(root, ENVELOPE_FIELDS, "").ok()?;
+    let fwd = object(root.get("forwardedProps")?, &["iacCode"], "").ok()?;
+    let iac = object(fwd.get("iacCode")?, &["preferredLanguage"], "").ok()?;
+    string_field(&iac, "preferredLanguage", "").ok()?
 }
 
-/// Parses and validates a run request body.
-pub fn parse_run(body: &[u8], allowed_cwds: &[PathBuf]) -> Result<RunInput, Error> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| {
-        bad(
-            "Invalid AG-UI RunAgentInput envelope: the body is not valid JSON.".into(),
-            "无效的 AG-UI RunAgentInput：请求体不是合法 JSON。".into(),
-        )
-    })?;
-    let root = value.as_object().ok_or_else(|| {
+fn parse_envelope(root_raw: &RawValue, allowed_cwds: &[PathBuf]) -> Result<RunInput, Error> {
+    let root = object(root_raw, ENVELOPE_FIELDS, "").map_err(|_| {
         bad(
             "Invalid AG-UI RunAgentInput envelope: the body must be a JSON object.".into(),
             "无效的 AG-UI RunAgentInput：请求体必须是 JSON 对象。".into(),
         )
     })?;
-    let thread_id = non_empty(root, "threadId", "threadId")?;
-    let run_id = non_empty(root, "runId", "runId")?;
+    let root = root.no_duplicate("")?;
+    let thread_id = non_empty(&root, "threadId", "threadId")?;
+    let run_id = non_empty(&root, "runId", "runId")?;
+    if run_id.len() > MAX_RUN_ID_BYTES {
+        return Err(bad(
+            format!("`runId` must be at most {MAX_RUN_ID_BYTES} bytes."),
+            format!("`runId` 最长 {MAX_RUN_ID_BYTES} 字节。"),
+        ));
+    }
     let parent_run_id = match root.get("parentRunId") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(wrong_type("parentRunId", "a string", "字符串")),
+        Some(raw) if kind(raw) == Kind::Null => None,
+        _ => string_field(&root, "parentRunId", "parentRunId")?,
     };
-    if !root.contains_key("state") {
+    if root.get("state").is_none() {
         return Err(missing("state"));
     }
-    let messages = root
-        .get("messages")
-        .ok_or_else(|| missing("messages"))?
-        .as_array()
-        .ok_or_else(|| wrong_type("messages", "an array", "数组"))?;
-    let tools = root
-        .get("tools")
-        .ok_or_else(|| missing("tools"))?
-        .as_array()
-        .ok_or_else(|| wrong_type("tools", "an array", "数组"))?;
-    if !tools.is_empty() {
+    let messages = root.get("messages").ok_or_else(|| missing("messages"))?;
+    if kind(messages) != Kind::Array {
+        return Err(wrong_type("messages", "an array", "数组"));
+    }
+    let tools = root.get("tools").ok_or_else(|| missing("tools"))?;
+    if kind(tools) != Kind::Array {
+        return Err(wrong_type("tools", "an array", "数组"));
+    }
+    if !tools.get()[1..].trim_start().starts_with(']') {
         return Err(bad(
             "`tools` must be an empty array: client-defined tools are not supported.".into(),
             "`tools` 必须是空数组：暂不支持客户端自定义工具。".into(),
         ));
     }
-    if !root
-        .get("context")
-        .ok_or_else(|| missing("context"))?
-        .is_array()
-    {
+    if kind(root.get("context").ok_or_else(|| missing("context"))?) != Kind::Array {
         return Err(wrong_type("context", "an array", "数组"));
     }
     let forwarded = object(
         root.get("forwardedProps")
             .ok_or_else(|| missing("forwardedProps"))?,
+        &["iacCode"],
         "forwardedProps",
-    )?;
-    let iac = parse_iac_code(
-        forwarded
-            .get("iacCode")
-            .ok_or_else(|| missing("forwardedProps.iacCode"))?,
-        allowed_cwds,
-    )?;
+    )?
+    .no_duplicate("forwardedProps")?;
+    let iac_raw = forwarded
+        .get("iacCode")
+        .ok_or_else(|| missing("forwardedProps.iacCode"))?;
+    let (iac, secrets) = parse_iac_code(iac_raw, allowed_cwds)?;
     let user_message = parse_messages(messages)?;
     let resume = match root.get("resume") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(parse_resume(v)?),
+        None => None,
+        Some(raw) if kind(raw) == Kind::Null => None,
+        Some(raw) => Some(parse_resume(raw)?),
     };
     if user_message.is_none() && resume.is_none() {
         return Err(bad(
@@ -236,7 +408,7 @@ pub fn parse_run(body: &[u8], allowed_cwds: &[PathBuf]) -> Result<RunInput, Erro
         ));
     }
     Ok(RunInput {
-        digest: request_digest(&value),
+        digest: request_digest(root_raw.get(), &secrets),
         thread_id,
         run_id,
         parent_run_id,
@@ -246,21 +418,31 @@ pub fn parse_run(body: &[u8], allowed_cwds: &[PathBuf]) -> Result<RunInput, Erro
     })
 }
 
-/// The digest of the request with its secrets removed, so neither the state file nor a digest of
-/// a low-entropy secret can leak it.
-fn request_digest(value: &Value) -> String {
-    let mut v = value.clone();
-    if let Some(iac) = v
-        .pointer_mut("/forwardedProps/iacCode")
-        .and_then(Value::as_object_mut)
-    {
-        iac.remove("llmApiKey");
-        if let Some(cloud) = iac.get_mut("alibabaCloud").and_then(Value::as_object_mut) {
-            cloud.remove("accessKeySecret");
-            cloud.remove("securityToken");
+/// SHA-256 of the request's bytes with each secret's value replaced by `null`, so neither the
+/// state file nor a digest of a low-entropy secret can leak it. No tree of the body is built:
+/// `secrets` are the raw values, borrowed from `body`, located by the one parse.
+fn request_digest(body: &str, secrets: &[&RawValue]) -> String {
+    let base = body.as_ptr() as usize;
+    let mut spans: Vec<(usize, usize)> = secrets
+        .iter()
+        .map(|raw| {
+            let start = raw.get().as_ptr() as usize - base;
+            (start, start + raw.get().len())
+        })
+        .collect();
+    spans.sort_unstable();
+    let mut hasher = Sha256::new();
+    let mut at = 0;
+    for (start, end) in spans {
+        if start < at || end > body.len() {
+            continue; // never: secrets are distinct values inside the body
         }
+        hasher.update(&body.as_bytes()[at..start]);
+        hasher.update(b"null");
+        at = end;
     }
-    crate::ids::json_digest(&v)
+    hasher.update(&body.as_bytes()[at..]);
+    crate::ids::hex(&hasher.finalize())
 }
 
 const IAC_CODE_FIELDS: &[&str] = &[
@@ -280,13 +462,17 @@ const IAC_CODE_FIELDS: &[&str] = &[
     "alibabaCloud",
 ];
 
-fn parse_iac_code(v: &Value, allowed_cwds: &[PathBuf]) -> Result<IacCode, Error> {
+/// The validated extension and the raw values of its secrets (for the digest to leave out).
+fn parse_iac_code<'a>(
+    raw: &'a RawValue,
+    allowed_cwds: &[PathBuf],
+) -> Result<(IacCode, Vec<&'a RawValue>), Error> {
     const P: &str = "forwardedProps.iacCode";
-    let obj = object(v, P)?;
-    reject_unknown(obj, IAC_CODE_FIELDS, P)?;
+    let obj = object(raw, IAC_CODE_FIELDS, P)?.strict(P)?;
+    let mut secrets: Vec<&RawValue> = obj.get("llmApiKey").into_iter().collect();
     match obj.get("schemaVersion") {
         None => return Err(missing("forwardedProps.iacCode.schemaVersion")),
-        Some(n) if n.as_f64() == Some(1.0) => {}
+        Some(n) if kind(n) == Kind::Number && value(n)?.as_f64() == Some(1.0) => {}
         Some(_) => {
             return Err(bad(
                 "`forwardedProps.iacCode.schemaVersion` must be 1.".into(),
@@ -295,7 +481,7 @@ fn parse_iac_code(v: &Value, allowed_cwds: &[PathBuf]) -> Result<IacCode, Error>
         }
     }
     let ros_invocation_id = non_empty(
-        obj,
+        &obj,
         "rosInvocationId",
         "forwardedProps.iacCode.rosInvocationId",
     )?;
@@ -305,48 +491,27 @@ fn parse_iac_code(v: &Value, allowed_cwds: &[PathBuf]) -> Result<IacCode, Error>
             format!("`forwardedProps.iacCode.rosInvocationId` 最长 {MAX_ROS_INVOCATION_ID} 个字符。"),
         ));
     }
-    let cwd = non_empty(obj, "cwd", "forwardedProps.iacCode.cwd")?;
+    let cwd = non_empty(&obj, "cwd", "forwardedProps.iacCode.cwd")?;
     check_cwd(&cwd, allowed_cwds)?;
-    let s = |key: &str| string_field(obj, key, &format!("{P}.{key}"));
+    let s = |key: &str| string_field(&obj, key, &format!("{P}.{key}"));
     let thinking = match obj.get("thinking") {
         None => None,
-        Some(t) => {
-            let path = "forwardedProps.iacCode.thinking";
-            let t = object(t, path)?;
-            reject_unknown(t, &["enabled", "effort", "budget"], path)?;
-            let budget = match t.get("budget") {
-                None => None,
-                Some(b) => match b.as_u64() {
-                    Some(n) if n > 0 => Some(n),
-                    _ => {
-                        return Err(wrong_type(
-                            "forwardedProps.iacCode.thinking.budget",
-                            "a positive integer",
-                            "正整数",
-                        ))
-                    }
-                },
-            };
-            Some(Thinking {
-                enabled: bool_field(t, "enabled", "forwardedProps.iacCode.thinking.enabled")?,
-                effort: string_field(t, "effort", "forwardedProps.iacCode.thinking.effort")?,
-                budget,
-            })
-        }
+        Some(t) => Some(parse_thinking(t)?),
     };
     let alibaba_cloud = match obj.get("alibabaCloud") {
         None => None,
         Some(c) => {
             let path = "forwardedProps.iacCode.alibabaCloud";
-            let c = object(c, path)?;
             let keys = [
                 "accessKeyId",
                 "accessKeySecret",
                 "securityToken",
                 "regionId",
             ];
-            reject_unknown(c, &keys, path)?;
-            let f = |k: &str| string_field(c, k, &format!("{path}.{k}"));
+            let c = object(c, &keys, path)?.strict(path)?;
+            secrets.extend(c.get("accessKeySecret"));
+            secrets.extend(c.get("securityToken"));
+            let f = |k: &str| string_field(&c, k, &format!("{path}.{k}"));
             Some(AlibabaCloud {
                 access_key_id: f("accessKeyId")?,
                 access_key_secret: f("accessKeySecret")?,
@@ -355,7 +520,7 @@ fn parse_iac_code(v: &Value, allowed_cwds: &[PathBuf]) -> Result<IacCode, Error>
             })
         }
     };
-    Ok(IacCode {
+    let iac = IacCode {
         ros_invocation_id,
         cwd,
         model: s("model")?,
@@ -365,26 +530,58 @@ fn parse_iac_code(v: &Value, allowed_cwds: &[PathBuf]) -> Result<IacCode, Error>
         channel: s("channel")?,
         preferred_language: s("preferredLanguage")?,
         candidate_presentation: enum_field(
-            obj,
+            &obj,
             "candidatePresentation",
             "forwardedProps.iacCode.candidatePresentation",
             &["standard", "rich"],
         )?,
         run_mode: enum_field(
-            obj,
+            &obj,
             "runMode",
             "forwardedProps.iacCode.runMode",
             &["normal", "pipeline"],
         )?,
         pipeline_name: s("pipelineName")?,
-        cleanup_only: bool_field(obj, "cleanupOnly", "forwardedProps.iacCode.cleanupOnly")?,
+        cleanup_only: bool_field(&obj, "cleanupOnly", "forwardedProps.iacCode.cleanupOnly")?,
         alibaba_cloud,
+    };
+    Ok((iac, secrets))
+}
+
+fn parse_thinking(raw: &RawValue) -> Result<Thinking, Error> {
+    let path = "forwardedProps.iacCode.thinking";
+    let t = object(raw, &["enabled", "effort", "budget"], path)?.strict(path)?;
+    let budget = match t.get("budget") {
+        None => None,
+        Some(b) => match (kind(b) == Kind::Number).then(|| value(b)).transpose()? {
+            Some(n) if n.as_u64().is_some_and(|n| n > 0) => n.as_u64(),
+            _ => {
+                return Err(wrong_type(
+                    "forwardedProps.iacCode.thinking.budget",
+                    "a positive integer",
+                    "正整数",
+                ))
+            }
+        },
+    };
+    Ok(Thinking {
+        enabled: bool_field(&t, "enabled", "forwardedProps.iacCode.thinking.enabled")?,
+        effort: string_field(&t, "effort", "forwardedProps.iacCode.thinking.effort")?,
+        budget,
     })
 }
 
-/// An absolute path without `..`, inside one of the allowed roots (also after resolving symlinks
-/// when the path exists, so a link cannot lead out of the root).
+/// An absolute path without `..` or control characters, inside one of the allowed roots both as
+/// written and once resolved: the longest existing prefix is canonicalized (following every
+/// symlink in it) and the rest appended, so a link under a root cannot lead out of it even when the
+/// path's tail does not exist yet.
 fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
+    if cwd.chars().any(char::is_control) {
+        return Err(bad(
+            "`forwardedProps.iacCode.cwd` must not contain control characters.".into(),
+            "`forwardedProps.iacCode.cwd` 不能包含控制字符。".into(),
+        ));
+    }
     let path = Path::new(cwd);
     let lexical_ok =
         path.is_absolute() && !path.components().any(|c| matches!(c, Component::ParentDir));
@@ -403,11 +600,7 @@ fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
                     .unwrap_or(false)
         })
     };
-    let resolved_ok = match path.canonicalize() {
-        Ok(real) => inside(&real),
-        Err(_) => true,
-    };
-    if inside(path) && resolved_ok {
+    if inside(path) && resolve_existing_prefix(path).is_some_and(|real| inside(&real)) {
         Ok(())
     } else {
         Err(bad(
@@ -417,43 +610,77 @@ fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
     }
 }
 
-/// Checks every user message and returns the latest one in A2A form.
-fn parse_messages(messages: &[Value]) -> Result<Option<UserMessage>, Error> {
+/// `path` with its longest existing prefix canonicalized and the remaining components appended;
+/// `None` when the remainder holds `..` (a lexical `..` after a symlink would be resolved by the
+/// kernel against the link's target, not against what we checked).
+fn resolve_existing_prefix(path: &Path) -> Option<PathBuf> {
+    for prefix in path.ancestors() {
+        let Ok(real) = prefix.canonicalize() else {
+            continue;
+        };
+        let rest = path.strip_prefix(prefix).ok()?;
+        let mut out = real;
+        for c in rest.components() {
+            match c {
+                Component::Normal(name) => out.push(name),
+                Component::CurDir => {}
+                _ => return None,
+            }
+        }
+        return Some(out);
+    }
+    None
+}
+
+/// Checks every user message and returns the latest one in A2A form. Messages are visited one
+/// at a time; only a user message's content is built.
+fn parse_messages(messages: &RawValue) -> Result<Option<UserMessage>, Error> {
     let mut latest = None;
     let mut total_image_bytes = 0usize;
-    for (i, m) in messages.iter().enumerate() {
+    each_element(messages, |i, m| {
         let path = format!("messages[{i}]");
-        let m = object(m, &path)?;
-        let role = non_empty(m, "role", &format!("{path}.role"))?;
+        let m = object(m, &["role", "id", "content"], &path)?.no_duplicate(&path)?;
+        let role = non_empty(&m, "role", &format!("{path}.role"))?;
         if role != "user" {
-            continue;
+            return Ok(());
         }
-        let id = non_empty(m, "id", &format!("{path}.id"))?;
+        let id = non_empty(&m, "id", &format!("{path}.id"))?;
         let content = m
             .get("content")
             .ok_or_else(|| missing(&format!("{path}.content")))?;
         let parts = user_parts(content, &path, &mut total_image_bytes)?;
         latest = Some(UserMessage { id, parts });
-    }
+        Ok(())
+    })?;
     Ok(latest)
 }
 
-fn user_parts(content: &Value, path: &str, images: &mut usize) -> Result<Vec<Value>, Error> {
+fn user_parts(content: &RawValue, path: &str, images: &mut usize) -> Result<Vec<Value>, Error> {
     let empty = || {
         bad(
             format!("`{path}.content` must not be empty."),
             format!("`{path}.content` 不能为空。"),
         )
     };
-    match content {
-        Value::String(s) if s.is_empty() => Err(empty()),
-        Value::String(s) => Ok(vec![serde_json::json!({ "text": s })]),
-        Value::Array(items) if items.is_empty() => Err(empty()),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .map(|(j, part)| content_part(part, &format!("{path}.content[{j}]"), images))
-            .collect(),
+    match kind(content) {
+        Kind::String => {
+            let s: String = serde_json::from_str(content.get()).map_err(|_| not_json())?;
+            if s.is_empty() {
+                return Err(empty());
+            }
+            Ok(vec![serde_json::json!({ "text": s })])
+        }
+        Kind::Array => {
+            let mut parts = Vec::new();
+            each_element(content, |j, part| {
+                parts.push(content_part(part, &format!("{path}.content[{j}]"), images)?);
+                Ok(())
+            })?;
+            if parts.is_empty() {
+                return Err(empty());
+            }
+            Ok(parts)
+        }
         _ => Err(wrong_type(
             &format!("{path}.content"),
             "a string or an array of parts",
@@ -462,53 +689,16 @@ fn user_parts(content: &Value, path: &str, images: &mut usize) -> Result<Vec<Val
     }
 }
 
-fn content_part(part: &Value, path: &str, images: &mut usize) -> Result<Value, Error> {
-    let obj = object(part, path)?;
-    let kind = non_empty(obj, "type", &format!("{path}.type"))?;
-    match kind.as_str() {
+fn content_part(part: &RawValue, path: &str, images: &mut usize) -> Result<Value, Error> {
+    let obj = object(part, &["type", "text", "source", "metadata"], path)?.no_duplicate(path)?;
+    let kind_of = non_empty(&obj, "type", &format!("{path}.type"))?;
+    match kind_of.as_str() {
         "text" => {
-            let text = string_field(obj, "text", &format!("{path}.text"))?
+            let text = string_field(&obj, "text", &format!("{path}.text"))?
                 .ok_or_else(|| missing(&format!("{path}.text")))?;
             Ok(serde_json::json!({ "text": text }))
         }
-        "image" => {
-            let source = object(
-                obj.get("source").ok_or_else(|| missing(&format!("{path}.source")))?,
-                &format!("{path}.source"),
-            )?;
-            if source.get("type").and_then(Value::as_str) != Some("data") {
-                return Err(bad(
-                    format!("`{path}`: only inline base64 images (`source.type: \"data\"`) are supported; remote URLs are not."),
-                    format!("`{path}`：仅支持内联 base64 图片（`source.type: \"data\"`），不支持远程 URL。"),
-                ));
-            }
-            let mime = non_empty(source, "mimeType", &format!("{path}.source.mimeType"))?;
-            if !mime.starts_with("image/") {
-                return Err(wrong_type(&format!("{path}.source.mimeType"), "an image/* media type", "image/* 媒体类型"));
-            }
-            let data = non_empty(source, "value", &format!("{path}.source.value"))?;
-            let decoded = base64::engine::general_purpose::STANDARD
-                .decode(data.trim())
-                .map_err(|_| wrong_type(&format!("{path}.source.value"), "valid base64", "合法的 base64"))?;
-            if decoded.len() > MAX_IMAGE_BYTES {
-                return Err(bad(
-                    format!("`{path}`: an image may be at most 8 MiB after decoding."),
-                    format!("`{path}`：单张图片解码后不得超过 8 MiB。"),
-                ));
-            }
-            *images += decoded.len();
-            if *images > MAX_IMAGES_BYTES {
-                return Err(bad(
-                    "All images together may be at most 10 MiB after decoding.".into(),
-                    "全部图片解码后合计不得超过 10 MiB。".into(),
-                ));
-            }
-            let mut raw = serde_json::json!({ "raw": data.trim(), "mediaType": mime });
-            if let Some(name) = obj.get("metadata").and_then(|m| m.get("filename")).and_then(Value::as_str) {
-                raw["filename"] = Value::String(name.to_string());
-            }
-            Ok(raw)
-        }
+        "image" => image_part(&obj, path, images),
         other => Err(bad(
             format!("`{path}`: content parts of type `{other}` are not supported (only text and inline images)."),
             format!("`{path}`：不支持 `{other}` 类型的内容（仅支持文本和内联图片）。"),
@@ -516,45 +706,106 @@ fn content_part(part: &Value, path: &str, images: &mut usize) -> Result<Value, E
     }
 }
 
-fn parse_resume(v: &Value) -> Result<Vec<ResumeEntry>, Error> {
-    let items = v
-        .as_array()
-        .ok_or_else(|| wrong_type("resume", "an array", "数组"))?;
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let path = format!("resume[{i}]");
-            let obj = object(item, &path)?;
-            let interrupt_id = non_empty(obj, "interruptId", &format!("{path}.interruptId"))?;
-            let status = enum_field(
-                obj,
-                "status",
-                &format!("{path}.status"),
-                &["resolved", "cancelled"],
-            )?
-            .ok_or_else(|| missing(&format!("{path}.status")))?;
-            let payload = match obj.get("payload") {
-                None | Some(Value::Null) => None,
-                Some(p) => Some(p.clone()),
-            };
-            Ok(ResumeEntry {
-                interrupt_id,
-                cancelled: status == "cancelled",
-                payload,
-            })
-        })
-        .collect()
+fn image_part(obj: &Obj, path: &str, images: &mut usize) -> Result<Value, Error> {
+    let source_path = format!("{path}.source");
+    let source = object(
+        obj.get("source").ok_or_else(|| missing(&source_path))?,
+        &["type", "mimeType", "value"],
+        &source_path,
+    )?
+    .no_duplicate(&source_path)?;
+    let source_type = match source.get("type") {
+        Some(raw) if kind(raw) == Kind::String => Some(value(raw)?),
+        _ => None,
+    };
+    if source_type.as_ref().and_then(Value::as_str) != Some("data") {
+        return Err(bad(
+            format!("`{path}`: only inline base64 images (`source.type: \"data\"`) are supported; remote URLs are not."),
+            format!("`{path}`：仅支持内联 base64 图片（`source.type: \"data\"`），不支持远程 URL。"),
+        ));
+    }
+    let mime = non_empty(&source, "mimeType", &format!("{path}.source.mimeType"))?;
+    if !mime.starts_with("image/") {
+        return Err(wrong_type(
+            &format!("{path}.source.mimeType"),
+            "an image/* media type",
+            "image/* 媒体类型",
+        ));
+    }
+    let data = non_empty(&source, "value", &format!("{path}.source.value"))?;
+    let decoded_len = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|_| {
+            wrong_type(
+                &format!("{path}.source.value"),
+                "valid base64",
+                "合法的 base64",
+            )
+        })?
+        .len();
+    if decoded_len > MAX_IMAGE_BYTES {
+        return Err(bad(
+            format!("`{path}`: an image may be at most 8 MiB after decoding."),
+            format!("`{path}`：单张图片解码后不得超过 8 MiB。"),
+        ));
+    }
+    *images += decoded_len;
+    if *images > MAX_IMAGES_BYTES {
+        return Err(bad(
+            "All images together may be at most 10 MiB after decoding.".into(),
+            "全部图片解码后合计不得超过 10 MiB。".into(),
+        ));
+    }
+    // The base64 text moves into the part (no copy unless it had surrounding blanks).
+    let data = if data.trim().len() == data.len() {
+        data
+    } else {
+        data.trim().to_string()
+    };
+    let mut raw = serde_json::json!({ "raw": data, "mediaType": mime });
+    if let Some(name) = obj
+        .get("metadata")
+        .and_then(|m| object(m, &["filename"], "").ok())
+        .and_then(|m| m.get("filename"))
+        .filter(|f| kind(f) == Kind::String)
+        .map(value)
+        .transpose()?
+    {
+        raw["filename"] = name;
+    }
+    Ok(raw)
 }
 
-/// The language of a request's messages, read before (and whether or not) it validates.
-pub fn request_lang(body: &[u8], accept_language: Option<&str>) -> Lang {
-    let preferred = serde_json::from_slice::<Value>(body).ok().and_then(|v| {
-        v.pointer("/forwardedProps/iacCode/preferredLanguage")
-            .and_then(Value::as_str)
-            .map(String::from)
-    });
-    Lang::choose(preferred.as_deref(), accept_language)
+fn parse_resume(raw: &RawValue) -> Result<Vec<ResumeEntry>, Error> {
+    if kind(raw) != Kind::Array {
+        return Err(wrong_type("resume", "an array", "数组"));
+    }
+    let mut entries = Vec::new();
+    each_element(raw, |i, item| {
+        let path = format!("resume[{i}]");
+        let obj =
+            object(item, &["interruptId", "status", "payload"], &path)?.no_duplicate(&path)?;
+        let interrupt_id = non_empty(&obj, "interruptId", &format!("{path}.interruptId"))?;
+        let status = enum_field(
+            &obj,
+            "status",
+            &format!("{path}.status"),
+            &["resolved", "cancelled"],
+        )?
+        .ok_or_else(|| missing(&format!("{path}.status")))?;
+        let payload = match obj.get("payload") {
+            None => None,
+            Some(p) if kind(p) == Kind::Null => None,
+            Some(p) => Some(value(p)?),
+        };
+        entries.push(ResumeEntry {
+            interrupt_id,
+            cancelled: status == "cancelled",
+            payload,
+        });
+        Ok(())
+    })?;
+    Ok(entries)
 }
 
 #[cfg(test)]
@@ -575,7 +826,7 @@ mod tests {
     }
 
     fn parse(v: &Value) -> Result<RunInput, Error> {
-        parse_run(&serde_json::to_vec(v).unwrap(), &roots())
+        parse_run(&serde_json::to_vec(v).unwrap(), &roots(), None).1
     }
 
     fn err_of(mut f: impl FnMut(&mut Value)) -> String {
@@ -653,6 +904,15 @@ mod tests {
     }
 
     #[test]
+    fn run_id_is_capped_at_256_bytes() {
+        let mut v = base();
+        v["runId"] = json!("r".repeat(256));
+        assert!(parse(&v).is_ok());
+        let e = err_of(|v| v["runId"] = json!("é".repeat(129)));
+        assert!(e.contains("`runId` must be at most 256 bytes"), "{e}");
+    }
+
+    #[test]
     fn cwd_must_be_absolute_and_inside_a_root() {
         assert!(
             err_of(|v| v["forwardedProps"]["iacCode"]["cwd"] = json!("rel/path"))
@@ -669,6 +929,39 @@ mod tests {
             err_of(|v| v["forwardedProps"]["iacCode"]["cwd"] = json!("/workspacex"))
                 .contains("allowed")
         );
+    }
+
+    #[test]
+    fn cwd_refuses_control_characters() {
+        for cwd in [
+            "/workspace/a\0b",
+            "/workspace/a\nb",
+            "/workspace/\t",
+            "/workspace/\u{7f}",
+        ] {
+            let e = err_of(|v| v["forwardedProps"]["iacCode"]["cwd"] = json!(cwd));
+            assert!(e.contains("control characters"), "{cwd:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn cwd_symlinks_are_resolved_through_the_longest_existing_prefix() {
+        let base = std::env::temp_dir().join(format!("agui-cwd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let ws = base.join("ws");
+        std::fs::create_dir_all(ws.join("real/sub")).unwrap();
+        std::fs::create_dir_all(base.join("outside")).unwrap();
+        std::os::unix::fs::symlink(base.join("outside"), ws.join("link-out")).unwrap();
+        std::os::unix::fs::symlink(ws.join("real"), ws.join("link-in")).unwrap();
+        let roots = [ws.clone()];
+        let check = |rel: &str| check_cwd(ws.join(rel).to_str().unwrap(), &roots);
+        assert!(check("real/sub").is_ok());
+        assert!(check("real/not-yet/deeper").is_ok());
+        assert!(check("link-in/not-yet").is_ok());
+        assert!(check("link-out").is_err());
+        assert!(check("link-out/nonexistent").is_err());
+        assert!(check("link-out/nonexistent/deeper").is_err());
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
@@ -743,5 +1036,62 @@ mod tests {
         v["tools"] = json!([1]);
         let e = parse(&v).unwrap_err();
         assert!(e.message(Lang::Zh).contains("空数组"));
+    }
+
+    #[test]
+    fn digest_blanks_every_secret_and_nothing_else() {
+        let with = |key: &str, secret: &str| {
+            let mut v = base();
+            v["forwardedProps"]["iacCode"]["llmApiKey"] = json!("sk-x");
+            v["forwardedProps"]["iacCode"]["alibabaCloud"] =
+                json!({"accessKeyId": "AK", "accessKeySecret": "S1", "securityToken": "T1"});
+            match key {
+                "llmApiKey" => v["forwardedProps"]["iacCode"][key] = json!(secret),
+                _ => v["forwardedProps"]["iacCode"]["alibabaCloud"][key] = json!(secret),
+            }
+            parse(&v).unwrap().digest
+        };
+        for key in ["llmApiKey", "accessKeySecret", "securityToken"] {
+            assert_eq!(with(key, "one"), with(key, "two"), "{key}");
+        }
+        assert_ne!(with("accessKeyId", "one"), with("accessKeyId", "two"));
+        // state and context are part of the request's identity, though never built.
+        let mut a = base();
+        a["state"] = json!({"k": 1});
+        assert_ne!(parse(&a).unwrap().digest, parse(&base()).unwrap().digest);
+    }
+
+    #[test]
+    fn repeated_fields_are_refused_so_no_secret_escapes_the_blanking() {
+        let body = br#"{"threadId":"t","runId":"r","state":{},"tools":[],"context":[],
+            "messages":[{"id":"m","role":"user","content":"hi"}],
+            "forwardedProps":{"iacCode":{"schemaVersion":1,"rosInvocationId":"i",
+            "cwd":"/workspace/a","llmApiKey":"sk-1","llmApiKey":"sk-2"}}}"#;
+        let e = parse_run(body, &roots(), None).1.unwrap_err();
+        assert!(e.message(Lang::En).contains("appears twice"), "{e}");
+        let body = br#"{"threadId":"t","threadId":"u"}"#;
+        let e = parse_run(body, &roots(), None).1.unwrap_err();
+        assert!(
+            e.message(Lang::En).contains("`threadId` appears twice"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn state_and_context_are_skipped_unbuilt_and_lang_comes_from_the_one_parse() {
+        let mut v = base();
+        let deep = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
+        let mut text = serde_json::to_string(&v).unwrap();
+        text = text.replace(r#""state":{}"#, &format!(r#""state":{deep}"#));
+        assert!(parse_run(text.as_bytes(), &roots(), None).1.is_ok());
+        v["forwardedProps"]["iacCode"]["preferredLanguage"] = json!("zh-CN");
+        v["tools"] = json!([1]);
+        let (lang, r) = parse_run(&serde_json::to_vec(&v).unwrap(), &roots(), Some("en"));
+        assert_eq!(lang, Lang::Zh);
+        assert!(r.is_err());
+        let (lang, _) = parse_run(b"{not json", &roots(), Some("zh"));
+        assert_eq!(lang, Lang::Zh);
+        let (lang, _) = parse_run(b"[]", &roots(), None);
+        assert_eq!(lang, Lang::En);
     }
 }

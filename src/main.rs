@@ -1,7 +1,7 @@
 //! `iac-code-agui`: parse the configuration, start (or reach) the A2A kernel, serve AG-UI.
 
 use iac_code_agui::a2a::A2aClient;
-use iac_code_agui::config::{Command, USAGE};
+use iac_code_agui::config::{Command, Config, USAGE};
 use iac_code_agui::http;
 use iac_code_agui::kernel::Kernel;
 use iac_code_agui::run::{self, App, Runs};
@@ -52,7 +52,7 @@ fn main() {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     raise_fd_limit();
-    let server = match listen(&config.host, config.port) {
+    let server = match listen(&config) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             eprintln!(
@@ -128,14 +128,12 @@ fn raise_fd_limit() {
 }
 
 /// Binds with a deep accept queue: a burst of clients (a console reconnecting hundreds of tabs)
-/// must wait in the queue, not in SYN retries that add seconds.
-fn listen(
-    host: &str,
-    port: u16,
-) -> Result<tiny_http::Server, Box<dyn std::error::Error + Send + Sync>> {
+/// must wait in the queue, not in SYN retries that add seconds. The HTTP limits (head size, URL,
+/// timeouts, connection cap) are enforced by tiny_http from the configuration.
+fn listen(config: &Config) -> Result<tiny_http::Server, Box<dyn std::error::Error + Send + Sync>> {
     use std::os::fd::AsRawFd;
-    let listener = std::net::TcpListener::bind((host, port))?;
+    let listener = std::net::TcpListener::bind((config.host.as_str(), config.port))?;
     // SAFETY: listen(2) again on our own listening socket only changes its backlog.
     unsafe { libc::listen(listener.as_raw_fd(), 4096) };
-    tiny_http::Server::from_listener(listener, None)
+    tiny_http::Server::from_listener_with_limits(listener, None, http::limits(config))
 }

@@ -7,7 +7,6 @@
 //! steps, in that order) before `RUN_FINISHED` or `RUN_ERROR`.
 
 use crate::error::{Code, Error, Lang};
-use crate::ids::sha256_hex;
 use crate::interrupts;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -551,18 +550,7 @@ impl Projection {
         {
             return Some(text);
         }
-        let cut = text
-            .char_indices()
-            .map(|(i, _)| i)
-            .chain([text.len()])
-            .rev()
-            .find(|&i| {
-                i > 0
-                    && self
-                        .durable
-                        .text_digests
-                        .contains(&sha256_hex(&text.as_bytes()[..i]))
-            });
+        let cut = longest_recorded_prefix(text, &self.durable.text_digests);
         match cut {
             Some(i) if i == text.len() => None,
             Some(i) => Some(&text[i..]),
@@ -1067,9 +1055,51 @@ pub fn check_spans(events: &[Value]) -> Result<(), String> {
     Err("the run never ended".into())
 }
 
+/// The end of the longest non-empty prefix of `text` (on a char boundary) whose SHA-256 hex is in
+/// `digests`. One running hash over the text: each boundary costs a clone and a final block, so the
+/// whole check is linear in the text (hashing every prefix from scratch was quadratic).
+fn longest_recorded_prefix(text: &str, digests: &BTreeSet<String>) -> Option<usize> {
+    let wanted: HashSet<[u8; 32]> = digests.iter().filter_map(|d| unhex32(d)).collect();
+    if wanted.is_empty() {
+        return None;
+    }
+    let mut hasher = Sha256::new();
+    let mut found = None;
+    let mut start = 0;
+    for end in text
+        .char_indices()
+        .map(|(i, _)| i)
+        .skip(1)
+        .chain([text.len()])
+        .filter(|&end| end > 0)
+    {
+        hasher.update(&text.as_bytes()[start..end]);
+        start = end;
+        let digest: [u8; 32] = hasher.clone().finalize().into();
+        if wanted.contains(&digest) {
+            found = Some(end);
+        }
+    }
+    found
+}
+
+fn unhex32(hex: &str) -> Option<[u8; 32]> {
+    let bytes = hex.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (o, pair) in out.iter_mut().zip(bytes.chunks(2)) {
+        let s = std::str::from_utf8(pair).ok()?;
+        *o = u8::from_str_radix(s, 16).ok()?;
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::sha256_hex;
 
     fn ids() -> RunIds {
         RunIds {
@@ -1364,5 +1394,23 @@ mod tests {
         p.finish(&FinishAs::Success, &mut out);
         assert_balanced(&out);
         assert!(p.durable().open_steps.is_empty());
+    }
+
+    #[test]
+    fn replay_prefix_check_is_linear_and_matches_the_naive_rule() {
+        let text = "héllo wörld ".repeat(2_000);
+        let cut = text.char_indices().nth(17_000).unwrap().0;
+        let digests: BTreeSet<String> = [
+            sha256_hex(&text.as_bytes()[..cut]),
+            sha256_hex(b"h"),
+            sha256_hex(b""),
+            "not hex".to_string(),
+        ]
+        .into();
+        assert_eq!(longest_recorded_prefix(&text, &digests), Some(cut));
+        assert_eq!(longest_recorded_prefix("", &digests), None);
+        assert_eq!(longest_recorded_prefix("x", &digests), None);
+        let whole: BTreeSet<String> = [sha256_hex("é".as_bytes())].into();
+        assert_eq!(longest_recorded_prefix("é", &whole), Some(2));
     }
 }

@@ -27,11 +27,77 @@ pub struct ThreadDoc {
     pub iac_code_session_id: Option<String>,
     pub execution: Option<Execution>,
     #[serde(default)]
-    pub run_digests: BTreeMap<String, String>,
+    pub run_digests: RunDigests,
     #[serde(default)]
     pub applied_resume_digests: Vec<AppliedDigest>,
     #[serde(default)]
     pub terminal_execution_ids: Vec<String>,
+}
+
+/// How many idempotency records a thread keeps: the newest ones, so the file stays small whatever
+/// the number of runs (a retry comes within seconds, not hundreds of runs later).
+pub const MAX_RUN_DIGESTS: usize = 256;
+
+/// `runDigests`: runId → request digest, the reference's JSON object, kept in insertion order (the
+/// object's key order in the file is that order) and pruned to the newest [`MAX_RUN_DIGESTS`].
+/// A file the reference wrote (keys sorted) loads too; its order is then simply the sorted one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunDigests(Vec<(String, String)>);
+
+impl RunDigests {
+    pub fn get(&self, run_id: &str) -> Option<&String> {
+        self.0.iter().find(|(k, _)| k == run_id).map(|(_, v)| v)
+    }
+
+    /// Records (or refreshes) a run's digest as the newest, dropping the oldest beyond the cap.
+    pub fn insert(&mut self, run_id: String, digest: String) {
+        self.0.retain(|(k, _)| *k != run_id);
+        self.0.push((run_id, digest));
+        let excess = self.0.len().saturating_sub(MAX_RUN_DIGESTS);
+        self.0.drain(..excess);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for RunDigests {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for RunDigests {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RunDigests;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of runId to digest")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<RunDigests, A::Error> {
+                let mut out = RunDigests::default();
+                while let Some((k, v)) = m.next_entry::<String, String>()? {
+                    out.insert(k, v);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Visit)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -82,7 +148,7 @@ impl ThreadDoc {
             user_id: user_id.map(String::from),
             iac_code_session_id: None,
             execution: None,
-            run_digests: BTreeMap::new(),
+            run_digests: RunDigests::default(),
             applied_resume_digests: Vec::new(),
             terminal_execution_ids: Vec::new(),
         }
@@ -293,5 +359,44 @@ mod tests {
         drop(held);
         store.release("a");
         assert_eq!(store.slots.lock().len(), 0);
+    }
+
+    #[test]
+    fn run_digests_keep_the_newest_in_order_and_stay_an_object() {
+        let mut doc = ThreadDoc::new("t", "/w", None);
+        for i in 0..(MAX_RUN_DIGESTS + 44) {
+            doc.run_digests.insert(format!("r{i:04}"), format!("d{i}"));
+        }
+        assert_eq!(doc.run_digests.len(), MAX_RUN_DIGESTS);
+        assert_eq!(doc.run_digests.get("r0043"), None);
+        assert_eq!(
+            doc.run_digests.get("r0044").map(String::as_str),
+            Some("d44")
+        );
+        // A refreshed id becomes the newest, so the next prune drops r0045, not it.
+        doc.run_digests.insert("r0044".into(), "again".into());
+        doc.run_digests.insert("new".into(), "x".into());
+        assert_eq!(doc.run_digests.get("r0045"), None);
+        assert_eq!(
+            doc.run_digests.get("r0044").map(String::as_str),
+            Some("again")
+        );
+        let json = serde_json::to_value(&doc).unwrap();
+        let map = json["runDigests"].as_object().unwrap();
+        assert_eq!(map.len(), MAX_RUN_DIGESTS);
+        let text = serde_json::to_string(&doc).unwrap();
+        let back: ThreadDoc = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, doc, "insertion order survives a save and a load");
+        let big = format!(
+            "{{\"schemaVersion\":1,\"threadId\":\"t\",\"contextId\":\"c\",\"cwd\":\"/w\",\
+             \"userId\":null,\"iacCodeSessionId\":null,\"execution\":null,\"runDigests\":{{{}}}}}",
+            (0..1000)
+                .map(|i| format!("\"k{i}\":\"v\""))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let legacy: ThreadDoc = serde_json::from_str(&big).unwrap();
+        assert_eq!(legacy.run_digests.len(), MAX_RUN_DIGESTS);
+        assert!(legacy.run_digests.get("k999").is_some());
     }
 }

@@ -126,18 +126,18 @@ fn the_request_parser_never_panics() {
         for _ in 0..1 + rng.below(3) {
             mutate(&mut v, &mut rng);
         }
-        let _ = parse_run(&serde_json::to_vec(&v).unwrap(), &roots);
+        let _ = parse_run(&serde_json::to_vec(&v).unwrap(), &roots, None);
         let mut bytes = serde_json::to_vec(&v).unwrap();
         if !bytes.is_empty() {
             let i = rng.below(bytes.len());
             bytes[i] = rng.next() as u8;
             bytes.truncate(bytes.len() - rng.below(bytes.len()));
         }
-        let _ = parse_run(&bytes, &roots);
+        let _ = parse_run(&bytes, &roots, None);
     }
     // Deep nesting is refused, not a stack overflow.
     let deep = "[".repeat(100_000);
-    assert!(parse_run(deep.as_bytes(), &roots).is_err());
+    assert!(parse_run(deep.as_bytes(), &roots, None).1.is_err());
 }
 
 #[test]
