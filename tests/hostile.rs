@@ -510,8 +510,9 @@ fn eight_slow_requests_do_not_take_every_worker() {
             ..Default::default()
         },
     );
+    // Nine of each kind: any kind that holds a worker holds all eight.
     let mut slow = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..9 {
         // A wrong token plus a body that never comes.
         let mut s = connect(&a.url);
         let mut req = head(
@@ -535,9 +536,9 @@ fn eight_slow_requests_do_not_take_every_worker() {
         ))
         .unwrap();
         slow.push(s);
-        // `Transfer-Encoding: identity` with a trickle of body.
+        // `Transfer-Encoding: identity` and no body yet.
         let mut s = connect(&a.url);
-        let mut req = head(
+        s.write_all(&head(
             "POST",
             "/",
             &[
@@ -546,15 +547,14 @@ fn eight_slow_requests_do_not_take_every_worker() {
                 "Accept: text/event-stream",
                 "Transfer-Encoding: identity",
             ],
-        );
-        req.extend_from_slice(b"{\"threadId\":");
-        s.write_all(&req).unwrap();
+        ))
+        .unwrap();
         slow.push(s);
     }
     std::thread::sleep(Duration::from_millis(300));
     for i in 0..3 {
         if let Err(e) = health(&a.url, Duration::from_secs(2)) {
-            panic!("/health #{i} with 9 slow requests open: {e}");
+            panic!("/health #{i} with 27 slow requests open: {e}");
         }
     }
     let r = post_run(
@@ -641,6 +641,27 @@ fn set_rcvbuf(s: &TcpStream, bytes: i32) {
     }
 }
 
+/// Waits (≤ 15 s) until the adapter's send queue towards the client at `peer` stops growing: the
+/// adapter's writes to it now block. Returns early if the adapter drops the connection.
+fn wait_until_stuck(port: u16, peer: u16) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (mut last, mut same) = (None, 0);
+    while Instant::now() < deadline && same < 3 {
+        std::thread::sleep(Duration::from_millis(300));
+        let q = send_queue(port, peer);
+        if q.is_none() && last.is_some() {
+            return;
+        }
+        same = if q.is_some_and(|n| n > 0) && q == last {
+            same + 1
+        } else {
+            0
+        };
+        last = q;
+    }
+    eprintln!("send queue towards the stuck client: {last:?} bytes");
+}
+
 #[test]
 fn a_client_that_stops_reading_is_dropped_and_other_streams_keep_their_heartbeats() {
     let k = FakeKernel::start();
@@ -655,7 +676,7 @@ fn a_client_that_stops_reading_is_dropped_and_other_streams_keep_their_heartbeat
     assert!(eventually(5, || !k
         .calls("SendStreamingMessage")
         .is_empty()));
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_until_stuck(a.port(), stuck.local_addr().unwrap().port());
     // B: a healthy silent stream; heartbeats every 0.2 s.
     let mut healthy = open_run(
         &a.url,
@@ -678,7 +699,7 @@ fn a_client_that_stops_reading_is_dropped_and_other_streams_keep_their_heartbeat
     let beats = count(&got, b": heartbeat");
     eprintln!("healthy stream: {beats} heartbeats in 3 s next to a stuck client");
     assert!(
-        beats >= 5,
+        beats >= 8,
         "only {beats} heartbeats in 3 s at a 0.2 s interval"
     );
     // A is dropped after --write-timeout: its task cancelled, its thread free.
@@ -767,10 +788,12 @@ fn hang_on_cancel(mut conn: TcpStream, held: &Mutex<Vec<TcpStream>>, cancels: &A
     match req["method"].as_str().unwrap_or("") {
         "SendStreamingMessage" => {
             let ctx = req["params"]["message"]["contextId"].clone();
-            let task = json!({"task": {"id": "task-hung", "contextId": ctx, "status": {"state": "TASK_STATE_SUBMITTED"}}});
-            let working = json!({"statusUpdate": {"taskId": "task-hung", "contextId": ctx,
-                "status": {"state": "TASK_STATE_WORKING", "message": {"messageId": "task-hung-message",
-                "contextId": ctx, "taskId": "task-hung", "role": "ROLE_AGENT", "parts": [{"text": "working"}]}},
+            // One task per context (the contexts differ by thread).
+            let id_of = format!("task-{}", ctx.as_str().unwrap_or("").replace("agui-", ""));
+            let task = json!({"task": {"id": id_of, "contextId": ctx, "status": {"state": "TASK_STATE_SUBMITTED"}}});
+            let working = json!({"statusUpdate": {"taskId": id_of, "contextId": ctx,
+                "status": {"state": "TASK_STATE_WORKING", "message": {"messageId": format!("{id_of}-message"),
+                "contextId": ctx, "taskId": id_of, "role": "ROLE_AGENT", "parts": [{"text": "working"}]}},
                 "metadata": {"iac_code": {"iacCodeSessionId": "session-hung"}}}});
             let mut out =
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
@@ -836,15 +859,20 @@ fn upstream_that_never_reads_is_bounded_by_the_idle_timeout() {
 fn the_cancel_extension_does_not_block_workers_on_a_hung_kernel() {
     let up = BadUpstream::start(Misbehave::HangOnCancel);
     let a = start(&up.url, &[("--a2a-idle-timeout", "30")]);
-    let mut run = open_run(&a.url, &body_of(&a.request("t-hung", "r1", "hi")));
-    let (execution, _, _) = read_session(&mut run);
-    // More cancels than workers, all for the hung kernel.
-    let cancels: Vec<_> = (0..10)
-        .map(|_| {
-            let (url, path) = (a.url.clone(), cancel_path(&execution));
+    // Ten runs on ten threads, then one cancel each: more cancels than workers.
+    let mut runs = Vec::new();
+    for i in 0..10 {
+        let thread = format!("t-hung-{i}");
+        let mut s = open_run(&a.url, &body_of(&a.request(&thread, "r1", "hi")));
+        let (execution, _, _) = read_session(&mut s);
+        runs.push((thread, execution, s));
+    }
+    let cancels: Vec<_> = runs
+        .iter()
+        .map(|(thread, execution, _)| {
+            let (url, path) = (a.url.clone(), cancel_path(execution));
+            let body = body_of(&json!({"threadId": thread, "rosInvocationId": "invocation-1"}));
             std::thread::spawn(move || {
-                let body =
-                    body_of(&json!({"threadId": "t-hung", "rosInvocationId": "invocation-1"}));
                 let cl = format!("Content-Length: {}", body.len());
                 let mut req = head("POST", &path, &["Content-Type: application/json", &cl]);
                 req.extend_from_slice(&body);
@@ -855,11 +883,11 @@ fn the_cancel_extension_does_not_block_workers_on_a_hung_kernel() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
     assert!(
-        up.cancels.load(Ordering::SeqCst) > 0,
+        eventually(5, || up.cancels.load(Ordering::SeqCst) > 0),
         "no CancelTask reached the kernel"
     );
+    std::thread::sleep(Duration::from_millis(300));
     for i in 0..3 {
         if let Err(e) = health(&a.url, Duration::from_secs(2)) {
             panic!("/health #{i} while 10 cancels wait on a hung kernel: {e}");
@@ -870,7 +898,7 @@ fn the_cancel_extension_does_not_block_workers_on_a_hung_kernel() {
         answered.iter().all(Option::is_some),
         "cancel requests left unanswered for 15 s: {answered:?}"
     );
-    drop(run);
+    drop(runs);
 }
 
 // ---- 5. shutdown and crash recovery ---------------------------------------------------------
@@ -1118,6 +1146,8 @@ fn a_cancel_racing_a_resume_never_leaves_pending_behind() {
         };
         let url = cancel_url(&a, &execution);
         gate.wait();
+        // Stagger the cancel over the resume's life: 0, 1, … 9 ms after it starts.
+        std::thread::sleep(Duration::from_millis(i % 10));
         let (cancel_status, cancel) = post_json(
             &url,
             &json!({"threadId": thread, "rosInvocationId": "invocation-1"}),

@@ -369,3 +369,17 @@ pub fn raise_own_nofile() -> u64 {
         lim.rlim_cur as u64
     }
 }
+
+/// The send queue (bytes not yet acknowledged) of the loopback connection from `local_port` to
+/// `peer_port`, from `/proc/net/tcp`; `None` if there is no such connection.
+pub fn send_queue(local_port: u16, peer_port: u16) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 5 || port(f[1])? != local_port || port(f[2])? != peer_port {
+            return None;
+        }
+        u64::from_str_radix(f[4].split(':').next()?, 16).ok()
+    })
+}
