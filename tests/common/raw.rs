@@ -366,7 +366,7 @@ pub fn raise_own_nofile() -> u64 {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
-        lim.rlim_cur as u64
+        lim.rlim_cur
     }
 }
 
