@@ -214,3 +214,250 @@ fn the_projection_never_panics_and_always_closes_its_spans() {
         }
     }
 }
+
+// ---- the request head, sent raw to a running adapter ------------------------------------------
+
+fn pick<'a>(rng: &mut Rng, pool: &[&'a str]) -> &'a str {
+    pool[rng.below(pool.len())]
+}
+
+/// Mostly CRLF; sometimes a bare LF, a bare CR, nothing, or a doubled CR.
+fn eol(rng: &mut Rng) -> &'static str {
+    pick(
+        rng,
+        &[
+            "\n", "\r", "", "\r\r\n", "\r\n", "\r\n", "\r\n", "\r\n", "\r\n", "\r\n",
+        ],
+    )
+}
+
+/// One header line (without its line end).
+fn random_header(rng: &mut Rng) -> String {
+    const NUMBERS: &[&str] = &[
+        "0",
+        "5",
+        "-1",
+        "+5",
+        " 5",
+        "0x10",
+        "100000000000",
+        "9223372036854775807",
+        "9223372036854775808",
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999999999",
+        "",
+        "5, 5",
+        "5,6",
+        "1e3",
+    ];
+    const TES: &[&str] = &[
+        "chunked",
+        "identity",
+        "gzip",
+        "chunked, chunked",
+        "Chunked",
+        "gzip, chunked",
+        "chunked, gzip",
+        " chunked",
+        "",
+        "\tchunked",
+    ];
+    const NAMES: &[&str] = &[
+        "Host",
+        "Connection",
+        "Expect",
+        "Authorization",
+        "Content-Type",
+        "Accept",
+        "Upgrade",
+        "Accept-Language",
+        "X-Custom",
+        "Host ",
+        " Host",
+        "",
+        "Content-Length\u{0}",
+    ];
+    const VALUES: &[&str] = &[
+        "127.0.0.1",
+        "localhost",
+        "evil.example",
+        "close",
+        "keep-alive",
+        "upgrade",
+        "100-continue",
+        "Bearer x",
+        "application/json",
+        "text/event-stream",
+        "zh-CN",
+        "",
+        "\u{1}",
+        "é",
+        "websocket",
+    ];
+    match rng.below(10) {
+        0 | 1 => format!("Content-Length: {}", pick(rng, NUMBERS)),
+        2 => format!("Transfer-Encoding: {}", pick(rng, TES)),
+        3 => "no colon here".to_string(),
+        4 => format!(" folded {}", pick(rng, VALUES)),
+        5 => format!("X-Long: {}", "v".repeat(rng.below(20_000))),
+        _ => format!("{}: {}", pick(rng, NAMES), pick(rng, VALUES)),
+    }
+}
+
+/// A request head (and sometimes a body or a second request) built from hostile pieces, then
+/// perhaps mutated byte-wise.
+fn random_head(rng: &mut Rng) -> Vec<u8> {
+    const METHODS: &[&str] = &[
+        "GET",
+        "GET",
+        "POST",
+        "POST",
+        "HEAD",
+        "PUT",
+        "OPTIONS",
+        "CONNECT",
+        "get",
+        "G\u{0}T",
+        "",
+        "POSTPOSTPOSTPOST",
+    ];
+    const TARGETS: &[&str] = &[
+        "/",
+        "/health",
+        "/health?x=1",
+        "/extensions/iac-code/v1/executions/cancel",
+        "/extensions/iac-code/v1/executions/x/cancel",
+        "/extensions/iac-code/v1/executions//cancel",
+        "/extensions/iac-code/v1/executions/",
+        "*",
+        "http://127.0.0.1/health",
+        "//",
+        "/%00",
+        "/\u{7f}",
+        "",
+        "/../../etc/passwd",
+    ];
+    const VERSIONS: &[&str] = &[
+        "HTTP/1.1",
+        "HTTP/1.1",
+        "HTTP/1.0",
+        "HTTP/2.0",
+        "HTTP/0.9",
+        "HTTP/1.1 x",
+        "http/1.1",
+        "HTTP/1.",
+        "",
+        "HTTP/11111111111111111111.1",
+    ];
+    const BODIES: &[&str] = &[
+        "",
+        "",
+        "0\r\n\r\n",
+        "5\r\nhello\r\n0\r\n\r\n",
+        "zz\r\n",
+        "ffffffffffffffffff\r\n",
+        "{}",
+        "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        "hello",
+    ];
+    let mut target = pick(rng, TARGETS).to_string();
+    if rng.below(20) == 0 {
+        target.push_str(&"a".repeat(rng.below(20_000)));
+    }
+    let mut out = format!(
+        "{} {target} {}{}",
+        pick(rng, METHODS),
+        pick(rng, VERSIONS),
+        eol(rng)
+    );
+    let headers = match rng.below(30) {
+        0 => 150,
+        1 => 1000,
+        _ => rng.below(8),
+    };
+    for _ in 0..headers {
+        out.push_str(&random_header(rng));
+        out.push_str(eol(rng));
+    }
+    out.push_str(eol(rng));
+    out.push_str(pick(rng, BODIES));
+    let mut bytes = out.into_bytes();
+    if !bytes.is_empty() && rng.below(3) == 0 {
+        for _ in 0..1 + rng.below(3) {
+            let i = rng.below(bytes.len());
+            match rng.below(3) {
+                0 => bytes[i] = rng.next() as u8,
+                1 => bytes.insert(i, b"\r\n:\0 "[rng.below(5)]),
+                _ => bytes.truncate(i.max(1)),
+            }
+        }
+    }
+    bytes
+}
+
+/// Every connection ends with a valid status line or a plain close, the process never dies, no
+/// worker panics, and `/health` answers at the end. `FUZZ_ITERS / 10` connections (2,000 by
+/// default), at most 25 s; each is half-closed after its bytes so the server sees the end at once.
+#[test]
+fn the_request_head_never_kills_or_hangs_the_server() {
+    use common::raw::{closes_within, health, status_of, try_connect};
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let dead_kernel = format!("http://127.0.0.1:{}", common::free_port());
+    let limits = [
+        "--header-timeout",
+        "1",
+        "--body-timeout",
+        "1",
+        "--keepalive-timeout",
+        "1",
+        "--write-timeout",
+        "1",
+        "--max-connections",
+        "64",
+    ];
+    let mut a = common::Adapter::start_with(
+        &dead_kernel,
+        common::Options {
+            args: limits.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        },
+    );
+    let mut rng = Rng(0x4ead);
+    let deadline = Instant::now() + Duration::from_secs(25);
+    let (mut done, mut answered) = (0, 0);
+    for i in 0..iters() / 10 {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let req = random_head(&mut rng);
+        let shown = String::from_utf8_lossy(&req[..req.len().min(300)]).into_owned();
+        let mut s = try_connect(&a.url).unwrap_or_else(|e| {
+            panic!(
+                "iteration {i}: cannot connect ({e}); alive: {}; the previous input killed it?",
+                a.alive()
+            )
+        });
+        let _ = s.write_all(&req);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut got = Vec::new();
+        assert!(
+            closes_within(&mut s, Duration::from_secs(5), &mut got),
+            "iteration {i}: neither an answer nor a close within 5 s for {shown:?}"
+        );
+        assert!(
+            got.is_empty() || status_of(&got).is_some(),
+            "iteration {i}: not a status line: {:?} for {shown:?}",
+            String::from_utf8_lossy(&got[..got.len().min(200)])
+        );
+        answered += usize::from(!got.is_empty());
+        done += 1;
+        assert!(a.alive(), "iteration {i}: the adapter died on {shown:?}");
+    }
+    eprintln!("request-head fuzz: {done} connections, {answered} answered, the rest closed");
+    if let Err(e) = health(&a.url, Duration::from_secs(2)) {
+        panic!("/health after the fuzz: {e}");
+    }
+    assert!(!a.logs().contains("panicked"), "a handler panicked");
+}

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+pub mod raw;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_iac-code-agui");
 
 pub fn free_port() -> u16 {
@@ -39,6 +41,8 @@ pub struct Adapter {
     args: Vec<String>,
     envs: Vec<(String, String)>,
     port: u16,
+    nofile: Option<u64>,
+    auth_token: Option<String>,
 }
 
 #[derive(Default)]
@@ -46,6 +50,10 @@ pub struct Options {
     pub args: Vec<String>,
     pub envs: Vec<(String, String)>,
     pub state_dir: Option<PathBuf>,
+    /// `RLIMIT_NOFILE` (soft and hard) for the adapter process, to provoke EMFILE on `accept`.
+    pub nofile: Option<u64>,
+    /// `IAC_CODE_AGUI_AUTH_TOKEN` for the adapter (`spawn` clears any inherited value).
+    pub auth_token: Option<String>,
 }
 
 impl Adapter {
@@ -81,6 +89,8 @@ impl Adapter {
             args,
             envs,
             port: free_port(),
+            nofile: opts.nofile,
+            auth_token: opts.auth_token,
         };
         a.spawn();
         a
@@ -92,15 +102,20 @@ impl Adapter {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(BIN)
-            .args(&self.args)
+        let mut cmd = Command::new(BIN);
+        cmd.args(&self.args)
             .args(["--port", &self.port.to_string(), "--debug"])
             .envs(self.envs.iter().cloned())
             .env_remove("IAC_CODE_AGUI_AUTH_TOKEN")
             .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn adapter");
+            .stderr(log);
+        if let Some(token) = &self.auth_token {
+            cmd.env("IAC_CODE_AGUI_AUTH_TOKEN", token);
+        }
+        if let Some(n) = self.nofile {
+            raw::limit_nofile(&mut cmd, n);
+        }
+        let child = cmd.spawn().expect("spawn adapter");
         self.child = Some(child);
         self.url = format!("http://127.0.0.1:{}", self.port);
         wait_health(&self.url);
@@ -117,6 +132,35 @@ impl Adapter {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Sends `sig` (e.g. `libc::SIGTERM`) to the adapter.
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.pid() as libc::pid_t, sig) };
+    }
+
+    /// Waits up to `limit` for the adapter to exit; `None` if it is still running.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.as_mut()?.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the adapter process still runs (not exited, not a zombie).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 
     pub fn pid(&self) -> u32 {

@@ -1,0 +1,385 @@
+//! Raw HTTP/1.x over `std::net::TcpStream`, for clients that misbehave on purpose (the hostile
+//! suite and the request-head fuzzer), and a few `/proc` readers. Every socket has read and write
+//! timeouts, so no test built on these can hang.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Default bound on any single blocking read or write.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `http://127.0.0.1:PORT` → `127.0.0.1:PORT`.
+pub fn addr(url: &str) -> String {
+    url.trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// A connection with read/write timeouts of `IO_TIMEOUT`.
+pub fn connect(url: &str) -> TcpStream {
+    try_connect(url).unwrap_or_else(|e| panic!("connect {url}: {e}"))
+}
+
+pub fn try_connect(url: &str) -> std::io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr(url).parse().unwrap(), IO_TIMEOUT)?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// One parsed response. `body` holds at most `MAX_BODY` bytes (the rest is not read).
+#[derive(Debug, Default)]
+pub struct Response {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+    /// The body was cut at `MAX_BODY`.
+    pub truncated: bool,
+}
+
+pub const MAX_BODY: usize = 1 << 20;
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    pub fn error_code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+/// Reads until `\r\n\r\n`; `Ok(None)` when the peer closed (or reset) before any byte.
+pub fn read_head(s: &mut TcpStream) -> std::io::Result<Option<String>> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => head.push(byte[0]),
+            Err(e) if head.is_empty() && is_reset(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        if head.len() > 64 * 1024 {
+            return Err(std::io::Error::other("response head over 64 KiB"));
+        }
+    }
+    if head.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(String::from_utf8_lossy(&head).into_owned()))
+}
+
+pub fn is_reset(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::BrokenPipe
+    )
+}
+
+/// Reads one whole response (Content-Length, chunked, or to the close). `Ok(None)`: closed first.
+pub fn read_response(s: &mut TcpStream) -> std::io::Result<Option<Response>> {
+    let Some(head) = read_head(s)? else {
+        return Ok(None);
+    };
+    let status = status_of(head.as_bytes())
+        .ok_or_else(|| std::io::Error::other(format!("not a status line: {head:?}")))?;
+    let mut r = Response {
+        status,
+        head,
+        ..Default::default()
+    };
+    let chunked = r
+        .header("Transfer-Encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+    if chunked {
+        read_chunked(s, &mut r)?;
+    } else if let Some(n) = r
+        .header("Content-Length")
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let take = n.min(MAX_BODY);
+        r.body = vec![0; take];
+        s.read_exact(&mut r.body)?;
+        r.truncated = n > MAX_BODY;
+    } else if status != 204 && status != 304 && status >= 200 {
+        let _ = s.take(MAX_BODY as u64).read_to_end(&mut r.body);
+    }
+    Ok(Some(r))
+}
+
+fn read_chunked(s: &mut TcpStream, r: &mut Response) -> std::io::Result<()> {
+    loop {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\r\n") {
+            if s.read(&mut b)? == 0 {
+                return Err(std::io::Error::other("EOF inside chunked body"));
+            }
+            line.push(b[0]);
+        }
+        let size = usize::from_str_radix(
+            String::from_utf8_lossy(&line)
+                .trim()
+                .split(';')
+                .next()
+                .unwrap(),
+            16,
+        )
+        .map_err(|_| std::io::Error::other("bad chunk size"))?;
+        let mut chunk = vec![0; size + 2];
+        s.read_exact(&mut chunk)?;
+        if size == 0 {
+            return Ok(());
+        }
+        if r.body.len() + size > MAX_BODY {
+            r.truncated = true;
+            return Ok(());
+        }
+        r.body.extend_from_slice(&chunk[..size]);
+    }
+}
+
+/// The status code if `bytes` start with a valid `HTTP/1.x NNN` status line.
+pub fn status_of(bytes: &[u8]) -> Option<u16> {
+    if bytes.len() < 12 || !(bytes.starts_with(b"HTTP/1.1 ") || bytes.starts_with(b"HTTP/1.0 ")) {
+        return None;
+    }
+    let code = &bytes[9..12];
+    if !code.iter().all(u8::is_ascii_digit) || !matches!(bytes.get(12), Some(b' ' | b'\r')) {
+        return None;
+    }
+    std::str::from_utf8(code).ok()?.parse().ok()
+}
+
+/// Sends `request` on a fresh connection and reads one response.
+pub fn exchange(url: &str, request: &[u8]) -> std::io::Result<Option<Response>> {
+    let mut s = try_connect(url)?;
+    s.write_all(request)?;
+    read_response(&mut s)
+}
+
+/// Writes `data` from another thread (ignoring errors: the server may close first) while the
+/// caller reads, so a server that answers before reading everything is seen answering.
+pub fn write_in_background(s: &TcpStream, data: Vec<u8>) -> std::thread::JoinHandle<()> {
+    let mut w = s.try_clone().unwrap();
+    std::thread::spawn(move || {
+        for piece in data.chunks(64 * 1024) {
+            if w.write_all(piece).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// Whether the peer closes `s` within `limit` (EOF or reset); bytes received meanwhile go to `got`.
+pub fn closes_within(s: &mut TcpStream, limit: Duration, got: &mut Vec<u8>) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if is_reset(&e) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// `GET /health` on a fresh connection: the latency of a 200, or why not.
+pub fn health(url: &str, limit: Duration) -> Result<Duration, String> {
+    let t0 = Instant::now();
+    let mut s = try_connect(url).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(limit)).unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    match read_response(&mut s) {
+        Ok(Some(r)) if r.status == 200 => Ok(t0.elapsed()),
+        Ok(Some(r)) => Err(format!("status {}", r.status)),
+        Ok(None) => Err("closed without an answer".into()),
+        Err(e) => Err(format!("after {:?}: {e}", t0.elapsed())),
+    }
+}
+
+/// A request head with `Host: 127.0.0.1` and `extra` header lines (each without CRLF).
+pub fn head(method: &str, path: &str, extra: &[&str]) -> Vec<u8> {
+    let mut h = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    for line in extra {
+        h.push_str(line);
+        h.push_str("\r\n");
+    }
+    h.push_str("\r\n");
+    h.into_bytes()
+}
+
+/// A `POST /` run request with `body`, as an SSE client sends it.
+pub fn run_request(body: &[u8], extra: &[&str]) -> Vec<u8> {
+    let cl = format!("Content-Length: {}", body.len());
+    let mut lines = vec![
+        "Content-Type: application/json",
+        "Accept: text/event-stream",
+        cl.as_str(),
+    ];
+    lines.extend_from_slice(extra);
+    let mut req = head("POST", "/", &lines);
+    req.extend_from_slice(body);
+    req
+}
+
+/// Opens a run and returns the connection after a `200` head (the SSE body follows).
+pub fn open_run(url: &str, body: &[u8]) -> TcpStream {
+    let mut s = connect(url);
+    s.write_all(&run_request(body, &[])).unwrap();
+    let head = read_head(&mut s).unwrap().expect("closed before the head");
+    assert_eq!(status_of(head.as_bytes()), Some(200), "{head}");
+    s
+}
+
+/// Reads `s` until `needle` shows up (within `limit`); returns everything read.
+pub fn read_until(s: &mut TcpStream, needle: &[u8], limit: Duration) -> Result<Vec<u8>, Vec<u8>> {
+    let deadline = Instant::now() + limit;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    while !got.windows(needle.len()).any(|w| w == needle) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(got);
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return Err(got),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    Ok(got)
+}
+
+pub fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+/// The `data:` events found in raw (possibly chunked) SSE bytes.
+pub fn events(raw: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(raw)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Shuts both directions; errors ignored (the peer may be gone).
+pub fn close(s: &TcpStream) {
+    let _ = s.shutdown(Shutdown::Both);
+}
+
+// ---- processes --------------------------------------------------------------------------------
+
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, …), 0 if unreadable.
+pub fn proc_kb(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resets `VmHWM` to the current RSS (`echo 5 > /proc/<pid>/clear_refs`); false if refused.
+pub fn reset_hwm(pid: u32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
+}
+
+/// User + system CPU seconds of `pid`.
+pub fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|r| r.1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| rest.get(i)?.parse::<f64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Runs the child with `RLIMIT_NOFILE` = `n` (soft and hard, so it cannot raise it back).
+pub fn limit_nofile(cmd: &mut Command, n: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit; returns the new soft limit.
+pub fn raise_own_nofile() -> u64 {
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+        lim.rlim_cur
+    }
+}
+
+/// The send queue (bytes not yet acknowledged) of the loopback connection from `local_port` to
+/// `peer_port`, from `/proc/net/tcp`; `None` if there is no such connection.
+pub fn send_queue(local_port: u16, peer_port: u16) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 5 || port(f[1])? != local_port || port(f[2])? != peer_port {
+            return None;
+        }
+        u64::from_str_radix(f[4].split(':').next()?, 16).ok()
+    })
+}
