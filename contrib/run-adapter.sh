@@ -51,7 +51,7 @@ bin="$target_dir/release/iac-code-agui"
 if [[ -x "$bin" ]]; then
   say "checking the release binary is up to date (a rebuild after a source change takes about 1 minute)..."
 else
-  say "building the release binary (about 2 minutes on 2 cores, the first time)..."
+  say "building the release binary (about 2–4 minutes on 2 cores, the first time)..."
 fi
 # In a subshell: the adapter itself keeps the caller's working directory.
 (cd "$ROOT" && cargo build --release --locked --quiet --bin iac-code-agui)
