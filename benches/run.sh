@@ -3,6 +3,9 @@
 #   benches/run.sh            (from anywhere; about 3-5 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Python reference (section 5) from the one pinned install (contrib/kernel/requirements.lock,
+# target/real-kernel-venv); optional: without it the report says the reference was not run.
+bash tests/real_kernel/setup.sh >&2 || echo "the reference adapter is not installed; section 5 will be skipped" >&2
 
 TARGET=x86_64-unknown-linux-gnu
 echo "== static release build ($TARGET, +crt-static)" >&2

@@ -1,27 +1,41 @@
 //! Supervision of a managed `iac-code a2a` kernel: start it on a free loopback port, wait for its
 //! `/health`, restart it if it dies, stop it (SIGTERM, bounded grace, SIGKILL) when we exit.
 //!
+//! It is started as the reference adapter starts it: `<command> --host 127.0.0.1 --port <port>
+//! --thinking-exposure all`, with a random bearer token in `IACCODE_A2A_HTTP_TOKEN` (the kernel then
+//! refuses any call without it; ours send it, see [`Kernel::token`]) and the allowed workspace roots
+//! in `IACCODE_A2A_ALLOWED_CWDS` unless that is set already.
+//!
 //! The kernel also gets `PR_SET_PDEATHSIG = SIGKILL`, so even a SIGKILL of the adapter, which runs
 //! no clean-up, never leaves it orphaned.
 
-use crate::a2a::A2aClient;
 use crate::config::Config;
+use base64::Engine;
 use parking_lot::Mutex;
+use std::io::Read;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const INSTALL_HINT: &str = "install the kernel with: pip install \"iac-code[a2a]==0.16.0\" \
-\"a2a-sdk[http-server,signing]==1.1.5\" (or point --a2a-url at a running `iac-code a2a`, or set \
---a2a-command)";
+\"a2a-sdk[http-server,signing]==1.1.5\" (pinned: `bash contrib/kernel/install.sh`, or run \
+`bash contrib/run-adapter.sh`, which does it once; or point --a2a-url at a running `iac-code a2a`, \
+or set --a2a-command)";
+
+/// The kernel release this adapter is built and tested against (contrib/kernel/requirements.lock).
+pub const PINNED_KERNEL: &str = "0.16";
 
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Bound of `iac-code --version` (a Python start-up: about a second).
+const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub struct Kernel {
     command: Vec<String>,
     port: u16,
+    token: String,
     allowed_cwds: String,
     child: Mutex<Option<Child>>,
     stopping: AtomicBool,
@@ -35,15 +49,24 @@ impl Kernel {
         let allowed = std::env::join_paths(&config.allowed_cwds)
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let token = random_token().map_err(|e| format!("cannot read /dev/urandom: {e}"))?;
         let kernel = Arc::new(Kernel {
             command: config.a2a_command.clone(),
             port,
+            token,
             allowed_cwds: allowed,
             child: Mutex::new(None),
             stopping: AtomicBool::new(false),
             start_timeout: config.kernel_start_timeout,
         });
-        kernel.spawn_and_wait()?;
+        // The version check runs beside the kernel's start-up (both are Python start-ups); its
+        // warning comes before any start-up error, which it may explain.
+        let check = check_version(&config.a2a_command);
+        let started = kernel.spawn_and_wait();
+        if let Some(check) = check {
+            let _ = check.join();
+        }
+        started?;
         Ok(kernel)
     }
 
@@ -51,10 +74,18 @@ impl Kernel {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The bearer token the kernel requires on every call (`IACCODE_A2A_HTTP_TOKEN`): 43 URL-safe
+    /// characters from 32 random bytes, the same for the kernel's whole life, restarts included.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     fn spawn_and_wait(&self) -> Result<(), String> {
         let mut cmd = Command::new(&self.command[0]);
         cmd.args(&self.command[1..])
             .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--thinking-exposure", "all"])
+            .env("IACCODE_A2A_HTTP_TOKEN", &self.token)
             .stdin(Stdio::null());
         if std::env::var_os("IACCODE_A2A_ALLOWED_CWDS").is_none() {
             cmd.env("IACCODE_A2A_ALLOWED_CWDS", &self.allowed_cwds);
@@ -81,7 +112,12 @@ impl Kernel {
             self.port
         );
         *self.child.lock() = Some(child);
-        let client = A2aClient::new(&self.url(), None, Duration::from_secs(2));
+        let health = ureq::Agent::from(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_millis(500)))
+                .build(),
+        );
         let deadline = Instant::now() + self.start_timeout;
         loop {
             if let Some(status) = self
@@ -92,7 +128,7 @@ impl Kernel {
             {
                 return Err(format!("the A2A kernel `{name}` exited ({status}) before it answered /health; {INSTALL_HINT}"));
             }
-            if client.healthy() {
+            if healthy(&health, &self.url(), &self.token) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -102,7 +138,7 @@ impl Kernel {
                     self.start_timeout
                 ));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -159,4 +195,152 @@ fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// `GET <url>/health` with the kernel's bearer token answers 200.
+fn healthy(agent: &ureq::Agent, url: &str, token: &str) -> bool {
+    agent
+        .get(format!("{url}/health"))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .is_ok_and(|r| r.status().as_u16() == 200)
+}
+
+/// `secrets.token_urlsafe(32)`: 32 bytes of /dev/urandom, base64url without padding (43 chars).
+fn random_token() -> std::io::Result<String> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// When the kernel command is an `iac-code` program, runs `iac-code --version` on a thread and
+/// logs what it is, warning when it is not the pinned release.
+fn check_version(command: &[String]) -> Option<std::thread::JoinHandle<()>> {
+    let program = command.first()?.clone();
+    if Path::new(&program).file_name()? != "iac-code" {
+        return None;
+    }
+    let shown = which(&program).unwrap_or_else(|| PathBuf::from(&program));
+    std::thread::Builder::new()
+        .name("kernel-version".into())
+        .spawn(move || match program_version(&program) {
+            Ok(out) => match parse_version(&out) {
+                Some(v) if is_pinned(v) => {
+                    log::info!("A2A kernel: {} (iac-code {v})", shown.display())
+                }
+                Some(v) => log::warn!(
+                    "the A2A kernel {} is iac-code {v}, not the {PINNED_KERNEL}.x this adapter is \
+                     tested with; expect differences (`bash contrib/kernel/install.sh` installs the \
+                     pinned release into target/real-kernel-venv, and contrib/run-adapter.sh uses it)",
+                    shown.display()
+                ),
+                None => log::warn!(
+                    "cannot read the version of the A2A kernel {} from `--version` ({:?}); this \
+                     adapter is tested with iac-code {PINNED_KERNEL}.x",
+                    shown.display(),
+                    out.trim()
+                ),
+            },
+            // A missing program is reported by the start itself.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => log::warn!(
+                "cannot check the A2A kernel's version (`{} --version`): {e}",
+                shown.display()
+            ),
+        })
+        .ok()
+}
+
+/// Output of `<program> --version`, bounded by [`VERSION_TIMEOUT`].
+fn program_version(program: &str) -> std::io::Result<String> {
+    let mut child = Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
+    let deadline = Instant::now() + VERSION_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let out = reader.join().unwrap_or_default();
+            return if status.success() {
+                Ok(out)
+            } else {
+                Err(std::io::Error::other(format!("exited with {status}")))
+            };
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other(format!(
+                "no answer within {VERSION_TIMEOUT:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The first `X.Y.Z`-looking word of `iac-code --version` (`iac-code v0.16.0 (2026-09-17)`).
+fn parse_version(out: &str) -> Option<&str> {
+    out.split_whitespace()
+        .map(|w| w.trim_start_matches(['v', 'V']))
+        .find(|w| {
+            let mut parts = w.split('.');
+            parts.next().is_some_and(|p| p.parse::<u32>().is_ok())
+                && parts.next().is_some_and(|p| p.parse::<u32>().is_ok())
+        })
+}
+
+fn is_pinned(version: &str) -> bool {
+    version == PINNED_KERNEL || version.starts_with(&format!("{PINNED_KERNEL}."))
+}
+
+/// The program `Command::new` would run: a path as given, a bare name searched on PATH.
+fn which(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Some(PathBuf::from(program));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_43_url_safe_characters_and_random() {
+        let a = random_token().unwrap();
+        let b = random_token().unwrap();
+        assert_eq!(a.len(), 43);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn versions_are_read_and_compared_with_the_pin() {
+        assert_eq!(
+            parse_version("iac-code v0.16.0 (2026-09-17)\n"),
+            Some("0.16.0")
+        );
+        assert_eq!(parse_version("iac-code 0.17.2"), Some("0.17.2"));
+        assert_eq!(parse_version("Usage: iac-code [OPTIONS]"), None);
+        assert!(is_pinned("0.16.0") && is_pinned("0.16.3"));
+        assert!(!is_pinned("0.17.0") && !is_pinned("0.160.1") && !is_pinned("1.16.0"));
+    }
+
+    #[test]
+    fn only_an_iac_code_program_is_version_checked() {
+        assert!(check_version(&["python3".into(), "-m".into(), "x".into()]).is_none());
+        assert!(check_version(&[]).is_none());
+    }
 }

@@ -76,7 +76,14 @@ fn main() {
         k.supervise();
     }
     let app = Arc::new(App {
-        a2a: A2aClient::new(&url, config.a2a_token.clone(), config.a2a_idle_timeout),
+        a2a: A2aClient::new(
+            &url,
+            managed
+                .as_ref()
+                .map(|k| k.token().to_string())
+                .or(config.a2a_token.clone()),
+            config.a2a_idle_timeout,
+        ),
         store: Store::new(config.state_dir.clone()),
         heartbeats: Heartbeats::start(config.heartbeat),
         runs: Runs::default(),

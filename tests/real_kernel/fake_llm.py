@@ -16,7 +16,10 @@ The reply is decided from the conversation, the way iac-code 0.16.0 (provider
   (iac-code's ``WriteFileTool`` takes ``path`` and ``content``; it maps ``file_path`` to ``path``
   when ``path`` is missing). ``<cwd>`` comes from a ``[[cwd=/abs/path]]`` marker in that user
   message, else from the "working directory" line of iac-code's system prompt;
-* else answer with a short sentence.
+* else answer with a short sentence; when that user message contains "think", the answer is
+  preceded by reasoning, streamed as ``reasoning_content`` deltas (what iac-code's
+  ``OpenAIProvider._extract_reasoning_text`` reads and turns into thinking, which the kernel
+  exposes with ``--thinking-exposure all``).
 
 Every request is appended (as one JSON line) to ``--log FILE`` when given, for debugging.
 
@@ -37,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MODEL = "fake-model"
 TEXT_REPLY = "Here is a VPC template outline: one VPC, two vSwitches."
 AFTER_TOOL_REPLY = "Done: the file has been handled."
+THINKING = "The user wants a VPC; two vSwitches in two zones is the usual layout."
 CWD_MARKER = re.compile(r"\[\[cwd=([^\]]+)\]\]")
 # iac-code's system prompt names the working directory; used only if no marker is present.
 CWD_IN_SYSTEM = re.compile(r"(?:working directory|cwd)[^/\n]*?(/[^\s`'\"<>]+)", re.IGNORECASE)
@@ -65,7 +69,7 @@ def _text_of(content) -> str:
 
 
 def decide(messages: list) -> dict:
-    """Returns {"kind": "text", "text": ...} or {"kind": "tool", "name", "arguments"}."""
+    """Returns {"kind": "text", "text": ...[, "reasoning": ...]} or {"kind": "tool", "name", "arguments"}."""
     saw_tool = False
     last_user = None
     for msg in reversed(messages or []):
@@ -93,6 +97,8 @@ def decide(messages: list) -> dict:
         target = f"{cwd}/hello.txt"
         args = {"path": target, "file_path": target, "content": "hello\n"}
         return {"kind": "tool", "name": "write_file", "arguments": json.dumps(args)}
+    if last_user is not None and "think" in last_user.lower():
+        return {"kind": "text", "text": TEXT_REPLY, "reasoning": THINKING}
     return {"kind": "text", "text": TEXT_REPLY}
 
 
@@ -164,6 +170,8 @@ class Handler(BaseHTTPRequestHandler):
             finish = "tool_calls"
         else:
             message = {"role": "assistant", "content": reply["text"]}
+            if reply.get("reasoning"):
+                message["reasoning_content"] = reply["reasoning"]
             finish = "stop"
         self._send_json(200, {"id": cid, "object": "chat.completion", "created": created, "model": model,
                               "choices": [{"index": 0, "message": message, "finish_reason": finish}],
@@ -198,6 +206,9 @@ class Handler(BaseHTTPRequestHandler):
                 chunk({}, finish="tool_calls")
             else:
                 chunk({"role": "assistant", "content": ""})
+                if reply.get("reasoning"):
+                    for word in reply["reasoning"].split(" "):
+                        chunk({"reasoning_content": word + " "})
                 for word in reply["text"].split(" "):
                     chunk({"content": word + " "})
                 chunk({}, finish="stop")

@@ -13,6 +13,9 @@ and drives the adapter over HTTP/SSE through the scenarios below, printing PASS/
   c  write_file -> permission interrupt -> resume deny -> no file
   d  write_file -> permission interrupt -> cancel extension -> resume refused
   e  write_file -> permission interrupt -> SIGKILL the adapter -> restart (same state dir) -> resume
+  m  our adapter WITHOUT --a2a-url (the default managed start of `iac-code a2a` from PATH): the
+     kernel runs with a 43-char IACCODE_A2A_HTTP_TOKEN, --thinking-exposure all and our allowed
+     roots; it refuses an unauthenticated call (401); a "think" turn streams REASONING_* events
   f  every AG-UI event of every stream validates with the ag-ui-protocol 1.0.0 pydantic models
   g  scenarios a and b through the reference adapter; event-type sequences compared with ours
 
@@ -45,6 +48,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 LLM_TEXT = "Here is a VPC template outline: one VPC, two vSwitches."
 LLM_AFTER_TOOL = "Done: the file has been handled."
+LLM_THINKING = "The user wants a VPC; two vSwitches in two zones is the usual layout."
+REASONING_TYPES = ("REASONING_START", "REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
+                   "REASONING_MESSAGE_END", "REASONING_END")
 SESSION_EVENT = "iac-code.session.v1"
 TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
 
@@ -503,6 +509,10 @@ def text_prompt(cwd: str) -> str:
     return f"Describe a VPC template. [[cwd={cwd}]]"
 
 
+def think_prompt(cwd: str) -> str:
+    return f"Think first, then describe a VPC template. [[cwd={cwd}]]"
+
+
 def write_prompt(cwd: str) -> str:
     return f"Please write hello.txt in the workspace. [[cwd={cwd}]]"
 
@@ -775,6 +785,97 @@ def scenario_e(sc: Scenario, env: Env, port: int):
 
 
 # --------------------------------------------------------------------------------------------
+# m: the default managed start (no --a2a-url), as a user runs it
+# --------------------------------------------------------------------------------------------
+
+def scenario_m(sc: Scenario, env: Env):
+    port = free_port()
+    menv = dict(env.base_env)
+    # `iac-code` found on PATH, as for a user who installed the kernel (contrib/run-adapter.sh
+    # puts the pinned venv first the same way)
+    menv["PATH"] = os.path.join(env.args.venv, "bin") + os.pathsep + menv.get("PATH", "")
+    # only our variable: the adapter must pass it on to the kernel
+    menv.pop("IACCODE_A2A_ALLOWED_CWDS", None)
+    menv.pop("IACCODE_A2A_HTTP_TOKEN", None)
+    child = start_child("adapter-managed", [env.args.adapter, "--host", "127.0.0.1", "--port",
+                                            str(port), "--state-dir",
+                                            os.path.join(env.tmp, "state-managed")],
+                        menv, env.tmp, env.logs)
+    started = time.monotonic()
+    wait_health(port, child, timeout=60)
+    sc.note(f"managed start: adapter + kernel healthy in {time.monotonic() - started:.1f}s")
+    with open(child.log_path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    m = re.search(r"started A2A kernel `([^`]*)` \(pid (\d+)\) on port (\d+)", text)
+    sc.require(m, f"no 'started A2A kernel' line in the adapter's log:\n{child.tail()}")
+    kcmd, kpid, kport = m.group(1), int(m.group(2)), int(m.group(3))
+    sc.expect(kcmd == "iac-code a2a", f"kernel command {kcmd!r}, expected the default 'iac-code a2a'")
+    sc.expect(re.search(r"A2A kernel: \S*/iac-code \(iac-code 0\.16\.\d+\)", text),
+              "the adapter did not log the kernel's version (iac-code --version)")
+    sc.expect("not the 0.16.x" not in text, "the adapter warned about the pinned kernel's version")
+    with open(f"/proc/{kpid}/cmdline", "rb") as fh:
+        argv = [a.decode() for a in fh.read().split(b"\0") if a]
+    with open(f"/proc/{kpid}/environ", "rb") as fh:
+        kenv = dict(kv.decode().partition("=")[::2] for kv in fh.read().split(b"\0") if b"=" in kv)
+    tail = argv[argv.index("a2a"):] if "a2a" in argv else argv
+    sc.expect(tail == ["a2a", "--host", "127.0.0.1", "--port", str(kport), "--thinking-exposure",
+                       "all"], f"kernel arguments {tail}")
+    token = kenv.get("IACCODE_A2A_HTTP_TOKEN", "")
+    sc.expect(re.fullmatch(r"[A-Za-z0-9_-]{43}", token),
+              f"IACCODE_A2A_HTTP_TOKEN of the kernel is {len(token)} chars, expected 43 URL-safe")
+    sc.expect(kenv.get("IACCODE_A2A_ALLOWED_CWDS") == env.ws,
+              f"IACCODE_A2A_ALLOWED_CWDS of the kernel {kenv.get('IACCODE_A2A_ALLOWED_CWDS')!r}, "
+              f"expected IAC_CODE_AGUI_ALLOWED_CWDS {env.ws!r}")
+    # the kernel refuses a direct call without the token, and with a wrong one
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "no-such-task"}}
+    status, body = http_json(kport, "POST", "/", rpc, timeout=10)
+    sc.expect(status == 401, f"unauthenticated call to the managed kernel: HTTP {status} {body}")
+    conn = http.client.HTTPConnection("127.0.0.1", kport, timeout=10)
+    try:
+        conn.request("POST", "/", body=json.dumps(rpc).encode(),
+                     headers={"Content-Type": "application/json",
+                              "Authorization": "Bearer " + "x" * 43})
+        wrong = conn.getresponse().status
+    finally:
+        conn.close()
+    sc.expect(wrong == 401, f"call with a wrong token to the managed kernel: HTTP {wrong}")
+    sc.note(f"kernel pid {kpid} port {kport}: token {len(token)} chars; direct calls without it: "
+            f"{status}, with a wrong one: {wrong}")
+    # a turn through the adapter (which must send the token) with the LLM's reasoning
+    thread, run, ros = ids("ours-m")
+    cwd = env.cwd("ours-m")
+    st = post_run(port, run_input(thread, run, ros, cwd, think_prompt(cwd)), "ours/m/think")
+    check_run_envelope(sc, st, thread, run, "managed turn")
+    sc.expect(st.outcome_type() == "success", f"managed turn: outcome {st.outcome_type()}, "
+                                              f"terminal {json.dumps(st.terminal)[:300]}")
+    check_text_message(sc, st, LLM_TEXT, "managed turn")
+    types = st.types()
+    missing = [t for t in REASONING_TYPES if t not in types]
+    sc.expect(not missing, f"managed turn: no {missing} (default managed start, thinking "
+                           f"exposure): {st.summary()}")
+    thinking = "".join(e.get("delta", "") for e in st.all("REASONING_MESSAGE_CONTENT"))
+    sc.expect(thinking.strip() == LLM_THINKING,
+              f"managed turn: reasoning text {thinking.strip()!r}, expected {LLM_THINKING!r}")
+    if not missing:
+        sc.expect(types.index("REASONING_END") < types.index("TEXT_MESSAGE_START"),
+                  f"managed turn: reasoning not closed before the text: {st.summary()}")
+    sc.note(f"managed turn: {st.summary()}")
+    # stopping the adapter stops its kernel
+    child.kill(signal.SIGTERM, grace=10)
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{kpid}/stat") as fh:
+                return fh.read().split(") ")[1].startswith("Z")
+        except OSError:
+            return True
+
+    deadline = time.monotonic() + 10
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    sc.expect(gone(), f"the managed kernel {kpid} outlived the adapter")
+
+
+# --------------------------------------------------------------------------------------------
 # f: validation with the ag-ui-protocol pydantic models (in a subprocess, so that the venv's
 #    0.1.20 and the 1.0.0 copy under $VENV/ag-ui-protocol-1.0.0 can both be used)
 # --------------------------------------------------------------------------------------------
@@ -1012,6 +1113,8 @@ def main() -> int:
                           env, port)
         run_scenario("e", "interrupt -> SIGKILL adapter -> restart -> resume", scenario_e, env,
                      port)
+        run_scenario("m", "default managed kernel: token, thinking exposure, REASONING_*",
+                     scenario_m, env)
         if args.skip_reference:
             sg = Scenario("g", "reference adapter comparison")
             sg.status = "SKIP"
