@@ -38,6 +38,10 @@ pub struct ThreadDoc {
 /// the number of runs (a retry comes within seconds, not hundreds of runs later).
 pub const MAX_RUN_DIGESTS: usize = 256;
 
+/// How many ended executions a thread remembers (the cancel extension answers `already_terminal`
+/// for them, 404 for older ones; a client cancels within seconds of a run, not 64 runs later).
+pub const MAX_TERMINAL_EXECUTIONS: usize = 64;
+
 /// `runDigests`: runId → request digest, the reference's JSON object, kept in insertion order (the
 /// object's key order in the file is that order) and pruned to the newest [`MAX_RUN_DIGESTS`].
 /// A file the reference wrote (keys sorted) loads too; its order is then simply the sorted one.
@@ -170,6 +174,22 @@ impl ThreadDoc {
                 self.terminal_execution_ids.push(exec.execution_id.clone());
             }
         }
+        self.prune_ended_executions();
+    }
+
+    /// Keeps the newest [`MAX_TERMINAL_EXECUTIONS`] ended executions and the applied-answer
+    /// records of only those and the current one, so the file stays small whatever the run count.
+    fn prune_ended_executions(&mut self) {
+        let excess = self
+            .terminal_execution_ids
+            .len()
+            .saturating_sub(MAX_TERMINAL_EXECUTIONS);
+        self.terminal_execution_ids.drain(..excess);
+        let current = self.execution.as_ref().map(|e| e.execution_id.as_str());
+        let kept = &self.terminal_execution_ids;
+        self.applied_resume_digests.retain(|a| {
+            Some(a.execution_id.as_str()) == current || kept.contains(&a.execution_id)
+        });
     }
 
     pub fn pending_count(&self) -> usize {
@@ -359,6 +379,32 @@ mod tests {
         drop(held);
         store.release("a");
         assert_eq!(store.slots.lock().len(), 0);
+    }
+
+    #[test]
+    fn ended_executions_and_their_applied_answers_are_pruned_to_the_newest() {
+        let mut doc = ThreadDoc::new("t", "/w", None);
+        for i in 0..(MAX_TERMINAL_EXECUTIONS + 10) {
+            doc.execution = Some(Execution {
+                execution_id: format!("e{i:03}"),
+                ros_invocation_id: "r".into(),
+                task_id: None,
+                pending: BTreeMap::new(),
+                pipeline_open_steps: Vec::new(),
+                pipeline_sequence: 0,
+                text_snapshot_digests: Vec::new(),
+            });
+            doc.applied_resume_digests.push(AppliedDigest {
+                digest: "d".into(),
+                execution_id: format!("e{i:03}"),
+                interrupt_id: "i".into(),
+            });
+            doc.mark_terminal();
+        }
+        assert_eq!(doc.terminal_execution_ids.len(), MAX_TERMINAL_EXECUTIONS);
+        assert!(!doc.is_terminal("e009") && doc.is_terminal("e010"));
+        assert_eq!(doc.applied_resume_digests.len(), MAX_TERMINAL_EXECUTIONS);
+        assert_eq!(doc.applied_resume_digests[0].execution_id, "e010");
     }
 
     #[test]
