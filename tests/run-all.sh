@@ -11,13 +11,19 @@ step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --all-targets --quiet -- -D warnings
 
+step "minimum Rust version: every locked package builds with our rust-version"
+bash tests/msrv.sh
+
 step "no async runtime in the dependency tree"
 if cargo tree -e normal --prefix none | grep -Ei '^(tokio|async-std|smol|async-io|futures-executor) '; then
   echo "an async runtime crept into the tree" >&2
   exit 1
 fi
 
-step "unit, integration, reliability and fuzz tests"
+step "the vendored tiny_http and its patches (contrib/vendor/tiny_http/PATCHES.md)"
+CARGO_TARGET_DIR=target/tiny_http cargo test --quiet --manifest-path contrib/vendor/tiny_http/Cargo.toml
+
+step "unit, integration, hostile-client, reliability and fuzz tests"
 cargo build --quiet --examples --bins
 captures="$PWD/target/agui-captures"
 rm -rf "$captures"

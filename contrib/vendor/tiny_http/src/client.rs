@@ -189,7 +189,9 @@ impl ClientConnection {
         if path.len() > max_url {
             return Err(ReadError::Refuse(414));
         }
-        if version > (1, 1) {
+        // HTTP/0.9 has no status line or headers to answer with, and HTTP/2+ is not spoken here:
+        // both get an HTTP/1.1 505 rather than a response that echoes their version.
+        if version > (1, 1) || version < (1, 0) {
             return Err(ReadError::Refuse(505));
         }
 

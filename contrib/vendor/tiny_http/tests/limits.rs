@@ -490,3 +490,13 @@ fn default_limits_keep_the_old_behaviour() {
         .unwrap();
     assert!(read_response(&mut s).ends_with("ok"));
 }
+
+#[test]
+fn http_0_9_and_2_request_lines_get_an_http_1_1_505() {
+    let (addr, _server, seen) = start(small_limits());
+    for version in ["HTTP/0.9", "HTTP/2.0"] {
+        let out = exchange(addr, format!("GET / {}\r\n\r\n", version).as_bytes());
+        assert!(out.starts_with("HTTP/1.1 505"), "{}: {}", version, out);
+    }
+    assert!(seen.lock().unwrap().is_empty());
+}
