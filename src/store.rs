@@ -187,9 +187,8 @@ impl ThreadDoc {
         self.terminal_execution_ids.drain(..excess);
         let current = self.execution.as_ref().map(|e| e.execution_id.as_str());
         let kept = &self.terminal_execution_ids;
-        self.applied_resume_digests.retain(|a| {
-            Some(a.execution_id.as_str()) == current || kept.contains(&a.execution_id)
-        });
+        self.applied_resume_digests
+            .retain(|a| Some(a.execution_id.as_str()) == current || kept.contains(&a.execution_id));
     }
 
     pub fn pending_count(&self) -> usize {
