@@ -965,10 +965,22 @@ fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
     if active.cancel_sent.swap(true, Ordering::SeqCst) {
         return;
     }
-    if let Err(e) = a2a.cancel_task(&task) {
-        log::warn!("CancelTask {task} failed: {e}");
+    // A burst of cancels (hundreds of clients leaving at once) can outlast one call's deadline;
+    // a task left running would hold its context, so a transport failure is retried, bounded.
+    for attempt in 1..=CANCEL_ATTEMPTS {
+        match a2a.cancel_task(&task) {
+            Ok(()) => return,
+            Err(e) if attempt == CANCEL_ATTEMPTS => log::warn!("CancelTask {task} failed: {e}"),
+            Err(e) => {
+                log::info!("CancelTask {task} failed (attempt {attempt}), retrying: {e}");
+                std::thread::sleep(Duration::from_millis(500 * attempt as u64));
+            }
+        }
     }
 }
+
+/// How many times a failed `CancelTask` is tried (each within the A2A client's cancel deadline).
+const CANCEL_ATTEMPTS: u32 = 3;
 
 fn already_applied() -> Error {
     Error::new(
