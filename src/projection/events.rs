@@ -26,7 +26,10 @@ impl<'a> Out<'a> {
 
     /// Appends a `CUSTOM` event.
     pub(super) fn custom(&mut self, name: &str, value: Value) {
-        self.push("CUSTOM", json!({"name": name, "value": value}));
+        let mut fields = Map::new();
+        fields.insert("name".into(), json!(name));
+        fields.insert("value".into(), value);
+        self.push("CUSTOM", Value::Object(fields));
     }
 }
 

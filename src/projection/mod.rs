@@ -9,9 +9,11 @@
 //! This file is the front: it reads an item and hands its parts to small machines, one per file —
 //! `session` (identity and its announcement), `spans` (text and reasoning messages), `replay`
 //! (trimming text an earlier run already sent), `tools`, `pipeline` (envelopes, de-duplication),
-//! `steps`, `usage`; `events` stamps the events, `outcome` names how a run ends.
+//! `steps`, `usage`; `item` reads an A2A result, `events` stamps the events, `outcome` names how a
+//! run ends.
 
 mod events;
+mod item;
 mod outcome;
 mod pipeline;
 mod replay;
@@ -21,11 +23,12 @@ mod steps;
 mod tools;
 mod usage;
 
+pub(crate) use item::normalize_state;
 pub use outcome::{End, FinishAs};
 
 use crate::error::{Error, Lang};
-use crate::interrupts;
 use events::{versioned, Out};
+use item::{end_of, message_text, raw_thinking, ItemKind};
 use pipeline::Dedup;
 use replay::Replay;
 use serde_json::{json, Map, Value};
@@ -57,6 +60,7 @@ pub struct Durable {
     pub text_digests: BTreeSet<String>,
 }
 
+/// The state of one run's projection: the run's ids, the clock, and one small machine per concern.
 pub struct Projection {
     ids: RunIds,
     lang: Lang,
@@ -365,9 +369,9 @@ impl Projection {
             ToolUpdate::Started { id, name } => self.start_tool(&id, &name, out),
             ToolUpdate::Input { id, name, args } => {
                 self.start_tool(&id, &name, out);
-                self.tools.args_and_end(&id, args, out);
+                self.tools.args_and_end(&id, &args, out);
             }
-            ToolUpdate::Result { id, content } => self.tools.result(&id, content, out),
+            ToolUpdate::Result { id, content } => self.tools.result(&id, &content, out),
             ToolUpdate::Progress(value) => out.custom("iac-code.tool-progress.v1", value),
         }
     }
@@ -380,99 +384,6 @@ impl Projection {
             self.tools.start(id, name, self.spans.open_reply(), out);
         }
     }
-}
-
-/// The four shapes of a streamed `result`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum ItemKind {
-    Task,
-    StatusUpdate,
-    ArtifactUpdate,
-    Message,
-}
-
-impl ItemKind {
-    /// The item's kind and body; a bare object is a task.
-    fn of(result: &Value) -> (ItemKind, &Value) {
-        const KEYS: [(ItemKind, &str); 4] = [
-            (ItemKind::Task, "task"),
-            (ItemKind::StatusUpdate, "statusUpdate"),
-            (ItemKind::ArtifactUpdate, "artifactUpdate"),
-            (ItemKind::Message, "message"),
-        ];
-        KEYS.iter()
-            .find_map(|(kind, key)| result.get(*key).map(|v| (*kind, v)))
-            .unwrap_or((ItemKind::Task, result))
-    }
-}
-
-/// The end a task state means for this run; an input wait without envelopes is a success.
-fn end_of(status: &Value, iac: &Value) -> Result<Option<End>, Error> {
-    let state = normalize_state(
-        status
-            .pointer("/state")
-            .and_then(Value::as_str)
-            .unwrap_or(""),
-    );
-    Ok(match state.as_str() {
-        "input-required" => {
-            let inputs = interrupts::inputs_of(iac);
-            for input in &inputs {
-                interrupts::check_envelope(input)?;
-            }
-            if inputs.is_empty() {
-                Some(End::Success)
-            } else {
-                Some(End::Interrupt(inputs))
-            }
-        }
-        "completed" => Some(End::Success),
-        "canceled" | "cancelled" => Some(End::Failed(Error::cancelled())),
-        "failed" | "rejected" | "auth-required" => {
-            let detail = status
-                .get("message")
-                .map(message_text)
-                .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| format!("the task ended in state `{state}`."));
-            Some(End::Failed(Error::a2a_failed(&detail)))
-        }
-        _ => None,
-    })
-}
-
-/// `TASK_STATE_INPUT_REQUIRED` → `input-required`.
-pub(crate) fn normalize_state(state: &str) -> String {
-    let lower = state.to_ascii_lowercase();
-    lower
-        .strip_prefix("task_state_")
-        .unwrap_or(&lower)
-        .replace('_', "-")
-}
-
-/// The non-empty text of `metadata.iac_code.thinking` when it is raw thinking.
-fn raw_thinking(iac: &Value) -> Option<&str> {
-    let thinking = iac.get("thinking")?;
-    if thinking.get("type").and_then(Value::as_str) != Some("raw_thinking") {
-        return None;
-    }
-    thinking
-        .get("text")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty())
-}
-
-/// The concatenated text parts of an A2A message.
-fn message_text(message: &Value) -> String {
-    message
-        .get("parts")
-        .and_then(Value::as_array)
-        .map(|parts| {
-            parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

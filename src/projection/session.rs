@@ -2,7 +2,8 @@
 //! first that names them, announced once as `iac-code.session.v1`.
 
 use super::events::Out;
-use super::{ItemKind, RunIds};
+use super::item::ItemKind;
+use super::RunIds;
 use crate::error::Error;
 use serde_json::{json, Value};
 

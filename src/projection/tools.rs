@@ -116,7 +116,7 @@ impl Tools {
     }
 
     /// The call's input as one `TOOL_CALL_ARGS`, then its end; nothing once it ended.
-    pub(super) fn args_and_end(&mut self, id: &str, args: String, out: &mut Out) {
+    pub(super) fn args_and_end(&mut self, id: &str, args: &str, out: &mut Out) {
         if self.calls.get(id).is_some_and(|c| c.ended) {
             return;
         }
@@ -125,7 +125,7 @@ impl Tools {
     }
 
     /// Ends the call if open, then its one `TOOL_CALL_RESULT` (a result for an unknown call too).
-    pub(super) fn result(&mut self, id: &str, content: String, out: &mut Out) {
+    pub(super) fn result(&mut self, id: &str, content: &str, out: &mut Out) {
         self.end(id, out);
         let call = self.calls.entry(id.to_string()).or_insert(Call {
             ended: true,
