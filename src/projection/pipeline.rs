@@ -104,6 +104,7 @@ impl Dedup {
         }
     }
 
+    /// The highest sequence projected, to persist.
     pub(super) fn sequence(&self) -> u64 {
         self.sequence
     }

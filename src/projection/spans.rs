@@ -93,6 +93,7 @@ impl Spans {
         }
     }
 
+    /// One `TEXT_MESSAGE_CONTENT` in the message `id`, which is open.
     fn content(&mut self, id: &str, text: &str, out: &mut Out) {
         self.sent_text = true;
         out.push(

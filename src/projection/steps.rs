@@ -72,6 +72,7 @@ impl Steps {
         self.running.clear();
     }
 
+    /// `STEP_STARTED`, unless the span is already open.
     fn open_span(&mut self, key: &str, out: &mut Out) {
         if self.open.iter().any(|s| s == key) {
             return;
@@ -80,6 +81,7 @@ impl Steps {
         self.open.push(key.to_string());
     }
 
+    /// `STEP_FINISHED`, only for an open span.
     fn close_span(&mut self, key: &str, out: &mut Out) {
         if let Some(pos) = self.open.iter().position(|s| s == key) {
             self.open.remove(pos);

@@ -151,6 +151,7 @@ impl Tools {
         }
     }
 
+    /// `TOOL_CALL_END` once, for a call that started.
     fn end(&mut self, id: &str, out: &mut Out) {
         if let Some(c) = self.calls.get_mut(id) {
             if !c.ended {
