@@ -61,3 +61,5 @@ pub mod run;
 pub mod sse;
 pub mod store;
 pub mod stream;
+#[doc(hidden)]
+pub mod testing;

@@ -612,6 +612,8 @@ impl<'a> RunCtx<'a> {
     /// Projects one item, persisting newly learned identities first; the events wait for the
     /// next item when `more` says one is already buffered. `Some` ends the pump.
     fn project(&mut self, item: &Value, more: bool) -> Option<Pumped> {
+        #[cfg(debug_assertions)]
+        panic_if_asked(item);
         let end = match self.proj.on_item(item, &mut self.out) {
             Ok(end) => end,
             Err(e) => return Some(Pumped::Err(e)),
@@ -916,6 +918,16 @@ impl<'a> RunCtx<'a> {
             }
         }
         FinishAs::Success
+    }
+}
+
+/// Debug builds only: an agent message of exactly this text panics the run thread, so the test
+/// suite can prove a panicking run still ends with `RUN_ERROR` (tests/reliability.rs).
+#[cfg(debug_assertions)]
+fn panic_if_asked(item: &Value) {
+    let text = item.pointer("/statusUpdate/status/message/parts/0/text");
+    if text.and_then(Value::as_str) == Some("__iac_code_agui_test_panic__") {
+        panic!("test panic requested by the upstream");
     }
 }
 

@@ -7,8 +7,9 @@ mod common;
 use common::Rng;
 use iac_code_agui::error::Lang;
 use iac_code_agui::input::parse_run;
-use iac_code_agui::projection::{check_spans, FinishAs, Projection, RunIds};
+use iac_code_agui::projection::{FinishAs, Projection, RunIds};
 use iac_code_agui::sse::Parser;
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 

@@ -408,7 +408,7 @@ pub fn post_json(url: &str, body: &Value) -> (u16, Value) {
 
 /// Every START has its END (by id) and nothing is open at the run's end.
 pub fn assert_balanced(events: &[Value]) {
-    if let Err(e) = iac_code_agui::projection::check_spans(events) {
+    if let Err(e) = iac_code_agui::testing::check_spans(events) {
         panic!("{e}");
     }
 }

@@ -1,0 +1,99 @@
+//! Reading one streamed A2A `result`: its shape, its text, and the end its task state means.
+
+use super::End;
+use crate::error::Error;
+use crate::interrupts;
+use serde_json::Value;
+
+/// The four shapes of a streamed `result`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum ItemKind {
+    Task,
+    StatusUpdate,
+    ArtifactUpdate,
+    Message,
+}
+
+impl ItemKind {
+    /// The item's kind and body; a bare object is a task.
+    pub(super) fn of(result: &Value) -> (ItemKind, &Value) {
+        const KEYS: [(ItemKind, &str); 4] = [
+            (ItemKind::Task, "task"),
+            (ItemKind::StatusUpdate, "statusUpdate"),
+            (ItemKind::ArtifactUpdate, "artifactUpdate"),
+            (ItemKind::Message, "message"),
+        ];
+        KEYS.iter()
+            .find_map(|(kind, key)| result.get(*key).map(|v| (*kind, v)))
+            .unwrap_or((ItemKind::Task, result))
+    }
+}
+
+/// The end a task state means for this run; an input wait without envelopes is a success.
+pub(super) fn end_of(status: &Value, iac: &Value) -> Result<Option<End>, Error> {
+    let state = normalize_state(
+        status
+            .pointer("/state")
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+    );
+    Ok(match state.as_str() {
+        "input-required" => {
+            let inputs = interrupts::inputs_of(iac);
+            for input in &inputs {
+                interrupts::check_envelope(input)?;
+            }
+            if inputs.is_empty() {
+                Some(End::Success)
+            } else {
+                Some(End::Interrupt(inputs))
+            }
+        }
+        "completed" => Some(End::Success),
+        "canceled" | "cancelled" => Some(End::Failed(Error::cancelled())),
+        "failed" | "rejected" | "auth-required" => {
+            let detail = status
+                .get("message")
+                .map(message_text)
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| format!("the task ended in state `{state}`."));
+            Some(End::Failed(Error::a2a_failed(&detail)))
+        }
+        _ => None,
+    })
+}
+
+/// `TASK_STATE_INPUT_REQUIRED` → `input-required`.
+pub(crate) fn normalize_state(state: &str) -> String {
+    let lower = state.to_ascii_lowercase();
+    lower
+        .strip_prefix("task_state_")
+        .unwrap_or(&lower)
+        .replace('_', "-")
+}
+
+/// The non-empty text of `metadata.iac_code.thinking` when it is raw thinking.
+pub(super) fn raw_thinking(iac: &Value) -> Option<&str> {
+    let thinking = iac.get("thinking")?;
+    if thinking.get("type").and_then(Value::as_str) != Some("raw_thinking") {
+        return None;
+    }
+    thinking
+        .get("text")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+}
+
+/// The concatenated text parts of an A2A message.
+pub(super) fn message_text(message: &Value) -> String {
+    message
+        .get("parts")
+        .and_then(Value::as_array)
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,390 @@
+//! The projection from A2A task updates to AG-UI events: a pure state machine.
+//!
+//! [`Projection::on_item`] takes one JSON-RPC `result` of the A2A stream and appends the AG-UI events
+//! it means to `out`; it never does I/O, so tests drive it with recorded streams. It reports when the
+//! A2A task reached an end ([`End`]); the orchestrator then persists what must be durable and asks for
+//! the closing events ([`Projection::finish`]), which close every open span (reasoning, tools, text,
+//! steps, in that order) before `RUN_FINISHED` or `RUN_ERROR`.
+//!
+//! This file is the front: it reads an item and hands its parts to small machines, one per file —
+//! `session` (identity and its announcement), `spans` (text and reasoning messages), `replay`
+//! (trimming text an earlier run already sent), `tools`, `pipeline` (envelopes, de-duplication),
+//! `steps`, `usage`; `item` reads an A2A result, `events` stamps the events, `outcome` names how a
+//! run ends.
+
+mod events;
+mod item;
+mod outcome;
+mod pipeline;
+mod replay;
+mod session;
+mod spans;
+mod steps;
+mod tools;
+mod usage;
+
+pub(crate) use item::normalize_state;
+pub use outcome::{End, FinishAs};
+
+use crate::error::{Error, Lang};
+use events::{versioned, Out};
+use item::{end_of, message_text, raw_thinking, ItemKind};
+use pipeline::Dedup;
+use replay::Replay;
+use serde_json::{json, Map, Value};
+use session::Session;
+use spans::Spans;
+use std::collections::BTreeSet;
+use steps::Steps;
+use tools::{ToolUpdate, Tools};
+use usage::Usage;
+
+static NULL: Value = Value::Null;
+
+/// The identities of one AG-UI run and its A2A execution.
+#[derive(Debug, Clone, Default)]
+pub struct RunIds {
+    pub thread_id: String,
+    pub run_id: String,
+    pub parent_run_id: Option<String>,
+    pub execution_id: String,
+    pub context_id: String,
+    pub ros_invocation_id: String,
+}
+
+/// Pipeline facts that outlive a run (persisted in the thread's state file).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Durable {
+    pub pipeline_sequence: u64,
+    pub open_steps: BTreeSet<String>,
+    pub text_digests: BTreeSet<String>,
+}
+
+/// The state of one run's projection: the run's ids, the clock, and one small machine per concern.
+pub struct Projection {
+    ids: RunIds,
+    lang: Lang,
+    clock: fn() -> u64,
+    session: Session,
+    spans: Spans,
+    replay: Replay,
+    tools: Tools,
+    dedup: Dedup,
+    steps: Steps,
+    usage: Usage,
+    /// The stream answered with a plain `message`, not a task.
+    got_reply_message: bool,
+}
+
+impl Projection {
+    /// A projection for a new run.
+    pub fn new(ids: RunIds, lang: Lang) -> Projection {
+        Projection {
+            ids,
+            lang,
+            clock: crate::ids::now_ms,
+            session: Session::default(),
+            spans: Spans::default(),
+            replay: Replay::default(),
+            tools: Tools::default(),
+            dedup: Dedup::default(),
+            steps: Steps::default(),
+            usage: Usage::default(),
+            got_reply_message: false,
+        }
+    }
+
+    /// Fixes the clock (tests compare streams without timestamps, benches avoid the syscall).
+    pub fn with_clock(mut self, clock: fn() -> u64) -> Projection {
+        self.clock = clock;
+        self
+    }
+
+    /// Continues an execution: its task, session and durable pipeline facts are known.
+    pub fn resuming(
+        mut self,
+        task_id: &str,
+        session_id: Option<&str>,
+        durable: Durable,
+    ) -> Projection {
+        self.session = Session::resumed(task_id, session_id);
+        self.dedup = Dedup::after(durable.pipeline_sequence);
+        self.steps = Steps::resumed(durable.open_steps);
+        self.replay = Replay::after(durable.text_digests);
+        self
+    }
+
+    /// The A2A task id, once known: the run persists it the moment it is learned.
+    pub(crate) fn task_id(&self) -> Option<&str> {
+        self.session.task_id()
+    }
+
+    /// The iac-code session id, once known: persisted like the task id.
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.session.session_id()
+    }
+
+    /// Whether the A2A stream answered with a plain `message` (a complete, task-less reply).
+    pub(crate) fn got_reply_message(&self) -> bool {
+        self.got_reply_message
+    }
+
+    /// The durable facts to persist: open steps, sequence, digests of the text emitted so far.
+    pub(crate) fn durable(&self) -> Durable {
+        Durable {
+            pipeline_sequence: self.dedup.sequence(),
+            open_steps: self.steps.running().clone(),
+            text_digests: self.replay.digests(),
+        }
+    }
+
+    /// `RUN_STARTED`, then (for a resumed run) the session mapping and the durable steps re-opened.
+    pub fn start(&mut self, events: &mut Vec<Value>) {
+        let out = &mut Out::new(events, self.clock);
+        let mut fields = json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id});
+        if let Some(parent) = &self.ids.parent_run_id {
+            fields["parentRunId"] = json!(parent);
+        }
+        out.push("RUN_STARTED", fields);
+        if self.session.task_id().is_some() {
+            self.announce(out);
+        }
+        self.steps.reopen_running(out);
+    }
+
+    /// Projects one JSON-RPC `result`. `Ok(Some(end))` when the task reached an end for this run.
+    pub fn on_item(
+        &mut self,
+        result: &Value,
+        events: &mut Vec<Value>,
+    ) -> Result<Option<End>, Error> {
+        let out = &mut Out::new(events, self.clock);
+        let (kind, item) = ItemKind::of(result);
+        self.session
+            .check_identity(&self.ids.context_id, kind, item)?;
+        let iac = item.pointer("/metadata/iac_code").unwrap_or(&NULL);
+        self.session.learn(iac);
+        if self.session.is_known() {
+            self.announce(out);
+        }
+        match kind {
+            ItemKind::ArtifactUpdate => {
+                self.announce(out);
+                self.artifact(item, out);
+                return Ok(None);
+            }
+            ItemKind::Message => {
+                self.got_reply_message = true;
+                self.reply_message(item, out);
+                return Ok(None);
+            }
+            ItemKind::Task | ItemKind::StatusUpdate => {}
+        }
+        self.on_iac(iac, out);
+        let status = item.get("status").unwrap_or(&NULL);
+        if let Some(message) = status.get("message") {
+            self.status_message(message, iac, out);
+        } else if kind == ItemKind::Task && !self.spans.sent_text() {
+            self.history_text(item, out);
+        }
+        let end = end_of(status, iac)?;
+        if end.is_some() {
+            self.announce(out);
+        }
+        Ok(end)
+    }
+
+    /// A recovery snapshot from the kernel's pipeline state, then the events it lists, de-duplicated.
+    pub(crate) fn recover_pipeline(&mut self, state: &Value, events: &mut Vec<Value>) {
+        let out = &mut Out::new(events, self.clock);
+        if let Some(fields) = pipeline::snapshot(state) {
+            out.push("ACTIVITY_SNAPSHOT", fields);
+        }
+        if let Some(envelopes) = state.get("events").and_then(Value::as_array) {
+            for envelope in envelopes {
+                self.on_pipeline(envelope, out);
+            }
+        }
+    }
+
+    /// Closes every open span, then `RUN_FINISHED` (success or interrupt) or `RUN_ERROR`.
+    pub fn finish(&mut self, end: &FinishAs, events: &mut Vec<Value>) {
+        let out = &mut Out::new(events, self.clock);
+        self.spans.close_reasoning(out);
+        self.tools.end_all(out);
+        self.spans.close_messages(out);
+        self.steps.close_spans(out);
+        if !matches!(end, FinishAs::Interrupt(_)) {
+            // Only an interrupt keeps pipeline steps alive for the next run.
+            self.steps.forget_running();
+        }
+        let (kind, mut fields) = match end {
+            FinishAs::Success => (
+                "RUN_FINISHED",
+                json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id,
+                       "outcome": {"type": "success"}}),
+            ),
+            FinishAs::Interrupt(list) => (
+                "RUN_FINISHED",
+                json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id,
+                       "outcome": {"type": "interrupt", "interrupts": list}}),
+            ),
+            FinishAs::Error(e) => (
+                "RUN_ERROR",
+                json!({"message": e.message(self.lang), "code": e.code.as_str()}),
+            ),
+        };
+        if let Some(usage) = self.usage.list() {
+            fields["usage"] = usage;
+        }
+        out.push(kind, fields);
+    }
+
+    // ---- the parts of an item -----------------------------------------------------------------
+
+    /// The session announcement, once: every event of the task comes after it.
+    fn announce(&mut self, out: &mut Out) {
+        self.session.announce(&self.ids, out);
+    }
+
+    /// An artifact travels whole as `iac-code.artifact.v1`.
+    fn artifact(&mut self, item: &Value, out: &mut Out) {
+        if let Some(artifact) = item.get("artifact").and_then(Value::as_object) {
+            let mut value = Map::new();
+            value.insert("schemaVersion".into(), json!(1));
+            value.extend(artifact.clone());
+            out.custom("iac-code.artifact.v1", Value::Object(value));
+        }
+    }
+
+    /// A plain `message` result: the kernel's whole, task-less reply.
+    fn reply_message(&mut self, item: &Value, out: &mut Out) {
+        let text = message_text(item);
+        if !text.is_empty() {
+            self.announce(out);
+            let id = item
+                .get("messageId")
+                .and_then(Value::as_str)
+                .unwrap_or("reply");
+            self.reply_text(id, &text, out);
+        }
+    }
+
+    /// `metadata.iac_code` of a task or status update: reasoning, tool, MCP progress, pipeline
+    /// events, usage, in that order.
+    fn on_iac(&mut self, iac: &Value, out: &mut Out) {
+        if iac.is_null() {
+            return;
+        }
+        if let Some(text) = raw_thinking(iac) {
+            let id = format!("reasoning-{}", self.ids.run_id);
+            self.announce(out);
+            self.spans.reasoning(&id, text, out);
+        }
+        if let Some(tool) = iac.get("tool") {
+            self.announce(out);
+            if let Some(update) = ToolUpdate::from_iac(tool) {
+                self.tool(update, out);
+            }
+        }
+        if let Some(progress) = iac.get("mcpProgress").filter(|v| v.is_object()) {
+            out.custom("iac-code.tool-progress.v1", versioned(progress));
+        }
+        for envelope in pipeline::envelopes(iac) {
+            self.on_pipeline(envelope, out);
+        }
+        if let Some(usage) = iac.get("usage") {
+            self.usage.add(usage);
+        }
+    }
+
+    /// The agent's message in a status: streamed text, unless it repeats what was already sent.
+    fn status_message(&mut self, message: &Value, iac: &Value, out: &mut Out) {
+        let role = message
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("ROLE_AGENT");
+        if !matches!(role, "ROLE_AGENT" | "agent" | "") {
+            return;
+        }
+        let text = message_text(message);
+        if text.is_empty() {
+            return;
+        }
+        let final_repeat = iac.pointer("/assistantFinal/complete") == Some(&Value::Bool(true));
+        if final_repeat && self.spans.sent_text() {
+            return;
+        }
+        let id = match message.get("messageId").and_then(Value::as_str) {
+            Some(id) => id.to_string(),
+            None => {
+                let owner = self.session.task_id().unwrap_or(&self.ids.run_id);
+                format!("{owner}-message")
+            }
+        };
+        self.announce(out);
+        self.reply_text(&id, &text, out);
+    }
+
+    /// A task snapshot with no streamed text yet: its trailing agent messages are the answer.
+    fn history_text(&mut self, task: &Value, out: &mut Out) {
+        let Some(history) = task.get("history").and_then(Value::as_array) else {
+            return;
+        };
+        let trailing: Vec<&Value> = history
+            .iter()
+            .rev()
+            .take_while(|m| m.get("role").and_then(Value::as_str) != Some("ROLE_USER"))
+            .collect();
+        for m in trailing.into_iter().rev() {
+            let text = message_text(m);
+            if !text.is_empty() {
+                let id = m
+                    .get("messageId")
+                    .and_then(Value::as_str)
+                    .unwrap_or("history");
+                self.announce(out);
+                self.reply_text(id, &text, out);
+            }
+        }
+    }
+
+    /// Reply text, minus what an earlier run of the execution already sent.
+    fn reply_text(&mut self, id: &str, text: &str, out: &mut Out) {
+        if let Some(text) = self.replay.fresh(id, text) {
+            self.spans.reply(id, text, out);
+        }
+    }
+
+    /// Pipeline text, minus what an earlier run of the execution already sent.
+    fn pipeline_text(&mut self, id: &str, text: &str, out: &mut Out) {
+        if let Some(text) = self.replay.fresh(id, text) {
+            self.spans.pipeline(id, text, out);
+        }
+    }
+
+    /// A tool update from either of the kernel's forms.
+    fn tool(&mut self, update: ToolUpdate, out: &mut Out) {
+        match update {
+            ToolUpdate::Started { id, name } => self.start_tool(&id, &name, out),
+            ToolUpdate::Input { id, name, args } => {
+                self.start_tool(&id, &name, out);
+                self.tools.args_and_end(&id, &args, out);
+            }
+            ToolUpdate::Result { id, content } => self.tools.result(&id, &content, out),
+            ToolUpdate::Progress(value) => out.custom("iac-code.tool-progress.v1", value),
+        }
+    }
+
+    /// A new call closes the reasoning first: thinking ends where acting starts, and overlapping
+    /// spans only confuse renderers.
+    fn start_tool(&mut self, id: &str, name: &str, out: &mut Out) {
+        if !self.tools.knows(id) {
+            self.spans.close_reasoning(out);
+            self.tools.start(id, name, self.spans.open_reply(), out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,120 @@
+//! Which A2A task and iac-code session the run belongs to: checked on every item, learned from the
+//! first that names them, announced once as `iac-code.session.v1`.
+
+use super::events::Out;
+use super::item::ItemKind;
+use super::RunIds;
+use crate::error::Error;
+use serde_json::{json, Value};
+
+#[derive(Default)]
+pub(super) struct Session {
+    task_id: Option<String>,
+    session_id: Option<String>,
+    announced: bool,
+}
+
+impl Session {
+    /// A resumed execution: its task (and maybe its session) are already known.
+    pub(super) fn resumed(task_id: &str, session_id: Option<&str>) -> Session {
+        Session {
+            task_id: Some(task_id.to_string()),
+            session_id: session_id.map(String::from),
+            announced: false,
+        }
+    }
+
+    pub(super) fn task_id(&self) -> Option<&str> {
+        self.task_id.as_deref()
+    }
+
+    pub(super) fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// Refuses an item of another context or task; the first task id seen becomes the run's.
+    pub(super) fn check_identity(
+        &mut self,
+        context_id: &str,
+        kind: ItemKind,
+        item: &Value,
+    ) -> Result<(), Error> {
+        let task = match kind {
+            ItemKind::Task => item.get("id").or_else(|| item.get("taskId")),
+            _ => item.get("taskId"),
+        }
+        .and_then(Value::as_str);
+        if let Some(context) = item.get("contextId").and_then(Value::as_str) {
+            if context != context_id {
+                return Err(Error::a2a_protocol(
+                    "the A2A context id does not match the thread",
+                ));
+            }
+        }
+        match (task, &self.task_id) {
+            (Some(t), Some(known)) if t != known => Err(Error::a2a_protocol(
+                "the A2A task id does not match the execution",
+            )),
+            (Some(t), None) => {
+                if !valid_a2a_id(t) {
+                    return Err(Error::a2a_protocol("the A2A task id is malformed"));
+                }
+                self.task_id = Some(t.to_string());
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes the iac-code session id from `metadata.iac_code`, wherever this item carries it.
+    pub(super) fn learn(&mut self, iac: &Value) {
+        let found = iac
+            .get("iacCodeSessionId")
+            .or_else(|| iac.pointer("/pipeline/iacCodeSessionId"))
+            .and_then(Value::as_str)
+            .or_else(|| {
+                iac.pointer("/pipelineBatch/events")?
+                    .as_array()?
+                    .iter()
+                    .find_map(|e| e.get("iacCodeSessionId")?.as_str())
+            });
+        if let Some(s) = found {
+            if self.session_id.as_deref() != Some(s) {
+                self.session_id = Some(s.to_string());
+            }
+        }
+    }
+
+    /// Both the task and the session are known: the announcement is complete.
+    pub(super) fn is_known(&self) -> bool {
+        self.task_id.is_some() && self.session_id.is_some()
+    }
+
+    /// `iac-code.session.v1`, once per run, before the first event that belongs to the task.
+    pub(super) fn announce(&mut self, ids: &RunIds, out: &mut Out) {
+        if self.announced {
+            return;
+        }
+        self.announced = true;
+        let value = json!({
+            "schemaVersion": 1,
+            "threadId": ids.thread_id,
+            "aguiRunId": ids.run_id,
+            "executionId": ids.execution_id,
+            "contextId": ids.context_id,
+            "taskId": self.task_id,
+            "rosInvocationId": ids.ros_invocation_id,
+            "sessionId": self.session_id,
+        });
+        out.custom("iac-code.session.v1", value);
+    }
+}
+
+/// Non-empty, at most 128 characters of letters, digits and `_ . : -`.
+fn valid_a2a_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+}
