@@ -46,6 +46,8 @@ pub struct Config {
     pub write_timeout: Duration,
     /// Extra `Host` values accepted when bound to a loopback address (lower-case).
     pub allowed_hosts: Vec<String>,
+    /// One of several pairs behind a balancer: unknown threads with history are refused.
+    pub pair_mode: bool,
 }
 
 /// What the command line asked for.
@@ -89,6 +91,9 @@ Options:
   --allowed-host HOST         extra Host header value accepted when bound to loopback (only
                               localhost, 127.0.0.1 and [::1] are otherwise); repeatable, env
                               comma-separated; on a non-loopback bind, enables the Host check
+  --pair-mode                 one of several adapter + kernel pairs behind a load balancer:
+                              a thread this pair never held, arriving with history or a
+                              resume, is refused (503 STATE_UNAVAILABLE), never restarted
   --debug                     debug logging
   --log-stdout                log to stdout instead of stderr
   --config FILE               YAML file with the keys above (flat `key: value`)
@@ -124,6 +129,7 @@ const FLAGS: &[(&str, bool)] = &[
     ("keepalive-timeout", true),
     ("write-timeout", true),
     ("allowed-host", true),
+    ("pair-mode", false),
     ("debug", false),
     ("log-stdout", false),
     ("config", true),
@@ -144,6 +150,7 @@ const ENV: &[(&str, &str)] = &[
     ("keepalive-timeout", "IAC_CODE_AGUI_KEEPALIVE_TIMEOUT"),
     ("write-timeout", "IAC_CODE_AGUI_WRITE_TIMEOUT"),
     ("allowed-host", "IAC_CODE_AGUI_ALLOWED_HOST"),
+    ("pair-mode", "IAC_CODE_AGUI_PAIR_MODE"),
 ];
 
 impl Command {
@@ -271,6 +278,7 @@ impl Command {
             )?,
             write_timeout: positive_seconds(get("write-timeout"), "write-timeout", 60.0)?,
             allowed_hosts: host_list(get("allowed-host"))?,
+            pair_mode: flag(get("pair-mode"), "pair-mode")?,
         };
         if config.heartbeat.is_zero() {
             return Err("'--heartbeat-interval' must be above 0".into());

@@ -8,6 +8,7 @@
 use crate::config::{self, Config};
 use crate::error::{Error, Lang};
 use crate::input::{self, MAX_BODY_BYTES};
+use crate::routing;
 use crate::run::{self, Admitted, App};
 use crate::stream::SseStream;
 use parking_lot::Mutex;
@@ -252,9 +253,15 @@ fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
             close,
         })?;
     match route {
-        Route::Cancel(id) => run::cancel_execution(app, &id, &body)
-            .map(Next::Json)
-            .map_err(refuse),
+        Route::Cancel(id) => routing::check_cancel(
+            app.config.pair_mode,
+            &app.store,
+            header(req, routing::THREAD_HEADER),
+            &body,
+        )
+        .and_then(|()| run::cancel_execution(app, &id, &body))
+        .map(Next::Json)
+        .map_err(refuse),
         Route::Run => admit_run(app, req, body, accept_language.as_deref()),
         Route::Health | Route::Unknown => Err(refuse(Error::internal())),
     }
@@ -482,7 +489,6 @@ fn admit_run(
     accept_language: Option<&str>,
 ) -> Result<Next, Refusal> {
     let (lang, parsed) = input::parse_run(&body, &app.config.allowed_cwds, accept_language);
-    drop(body);
     let accepts_sse = header(req, "Accept").is_none_or(|a| {
         a.split(',').any(|t| {
             let t = t.split(';').next().unwrap_or("").trim();
@@ -498,6 +504,16 @@ fn admit_run(
         return Err(Refusal::new(e, lang));
     }
     let parsed = parsed.map_err(|e| Refusal::new(e, lang))?;
+    let thread_header = header(req, routing::THREAD_HEADER);
+    routing::check_run(
+        app.config.pair_mode,
+        &app.store,
+        thread_header,
+        &parsed,
+        &body,
+    )
+    .map_err(|e| Refusal::new(e, lang))?;
+    drop(body);
     let admitted = run::admit(app, parsed, lang).map_err(|e| Refusal::new(e, lang))?;
     Ok(Next::Run(Box::new(admitted)))
 }

@@ -14,6 +14,7 @@
 //! | [`http`] | routes, auth, body limits, pre-SSE errors |
 //! | [`input`] | validation of `RunAgentInput` and `forwardedProps.iacCode` |
 //! | [`run`] | admission, the life of a run, resume, the cancel extension |
+//! | `routing` | several pairs: the thread header, unknown threads with history refused |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | [`interrupts`] | input waits as interrupts, resume answers as A2A messages |
 //! | [`a2a`] | the JSON-RPC client and the `metadata.iac_code` key table |
@@ -57,6 +58,7 @@ pub mod input;
 pub mod interrupts;
 pub mod kernel;
 pub mod projection;
+pub(crate) mod routing;
 pub mod run;
 pub mod sse;
 pub mod store;

@@ -1,0 +1,324 @@
+#!/usr/bin/env node
+// Three iac-code-agui pairs behind HAProxy, driven by the official @ag-ui/client (started by run.sh,
+// which starts the fake kernels and the pairs; this script runs HAProxy itself).
+//
+//  1. PAIRS_THREADS threads (300) x 3 turns through HAProxy; on every 10th thread turn 2 is a
+//     permission interrupt answered by a resume, on another 10th a long run cancelled through the
+//     cancel extension. Every thread must be held by exactly one pair (the pairs' state dirs), every
+//     kernel must only have seen contexts of its own pair's threads, every run must succeed: so the
+//     resumes and cancels reached the owner. One stream direct and one through HAProxy carry the
+//     same event types (the proxy changes nothing).
+//  2. Some threads of every pair are left on a pending permission interrupt; pair 2 is killed
+//     (adapter SIGKILL, its kernel frozen: the fake kernel keeps tasks in memory only, where the
+//     real one keeps them on disk). Pair 2's threads get 503 STATE_UNAVAILABLE (a new turn and a
+//     resume alike); no other pair or kernel creates anything for them; the others go on.
+//  3. Pair 2 restarts in place: its threads continue, its pending interrupts are resumed.
+//  4. A fourth pair is added to HAProxy: the threads that now hash to it are refused by it with
+//     503 STATE_UNAVAILABLE and it creates nothing; contrib/deploy/thread-map.sh pins the threads
+//     to their pairs, HAProxy is restarted with the map, every old thread goes on where it was and
+//     new threads also land on pair 4.
+// Prints one line per check and exits 1 on any failure.
+
+import { createHash, randomUUID } from "node:crypto";
+import { execFileSync, spawn } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { HttpAgent } from "@ag-ui/client";
+
+const WORK = process.env.WORK;
+const ROOT = process.env.ROOT;
+const CWD = process.env.CWD;
+const BASE = Number(process.env.BASE_PORT);
+const N = Number(process.env.PAIRS_THREADS || "300");
+const POOL = 24;
+const PROXY = `http://127.0.0.1:${BASE}`;
+const KERNELS = process.env.A2A_URLS.split(" ");
+const t0 = Date.now();
+let failures = 0;
+
+/** The first few results for which `bad` holds, for a failure message. */
+const sample = (results, bad) => {
+  const b = results.filter(bad);
+  return b.length ? ` — ${b.length} bad, e.g. ${JSON.stringify(b.slice(0, 2).map(({ types, ...r }) => ({ ...r, last: types?.slice(-3) })))}` : "";
+};
+const log = (s) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s] ${s}`);
+function check(ok, what) {
+  log(`${ok ? "PASS" : "FAIL"}  ${what}`);
+  if (!ok) failures++;
+  return ok;
+}
+// The console of @ag-ui/client: warnings about the stream are failures.
+const warnings = [];
+console.warn = (...a) => warnings.push(a.join(" "));
+// It also prints every failed run (a refused request is an expected outcome here): not shown.
+console.error = () => {};
+
+// ---- the pairs, HAProxy ----------------------------------------------------------------------
+
+const pairsSh = (...args) => execFileSync("bash", [path.join(ROOT, "contrib/deploy/pairs.sh"), ...args], { stdio: "pipe" }).toString().trim();
+const kernelPid = (i) => Number(fs.readFileSync(path.join(WORK, `kernel-${i}.pid`), "utf8"));
+const contextId = (thread) => "agui-" + createHash("sha256").update(thread).digest("hex").slice(0, 40);
+
+/** The thread ids pair `i` holds, from its own state dir. */
+function held(i) {
+  const dir = path.join(WORK, "pairs", `pair-${i}`, "agui", "threads");
+  if (!fs.existsSync(dir)) return new Set();
+  return new Set(
+    fs.readdirSync(dir).filter((f) => f.endsWith(".json")).map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), "utf8")).threadId),
+  );
+}
+
+/** The contexts kernel `i` was asked to run a message in. */
+async function kernelContexts(i) {
+  const all = await (await fetch(`${KERNELS[i - 1]}/__control/requests`)).json();
+  return new Set(all.filter((r) => r.body?.method === "SendStreamingMessage").map((r) => r.body.params?.message?.contextId));
+}
+
+let haproxy = null;
+/** (Re)starts HAProxy with contrib/deploy/haproxy.cfg for pairs 1..`pairs`, ports rewritten. */
+async function startHaproxy(pairs, map = "") {
+  if (haproxy) {
+    haproxy.kill();
+    await new Promise((r) => haproxy.once("exit", r));
+  }
+  let cfg = fs.readFileSync(path.join(ROOT, "contrib/deploy/haproxy.cfg"), "utf8");
+  const mapFile = path.join(WORK, "threads.map");
+  fs.writeFileSync(mapFile, map);
+  cfg = cfg
+    .replaceAll("/etc/haproxy/agui-threads.map", mapFile)
+    .replace("log stdout format raw local0 notice", "log stderr format raw local0 info")
+    .replace(/maxconn \d+/, `maxconn ${Math.floor(fdLimit() / 2) - 100}`)
+    .replace(/127\.0\.0\.1:413(\d\d)/g, (_, n) => `127.0.0.1:${BASE + Number(n)}`);
+  if (pairs === 4) {
+    // pair4 joins the hashing and health backends, and gets a backend of its own like pair3's.
+    const sections = cfg.split(/\n(?=\S)/);
+    cfg = sections
+      .map((sec) => {
+        const four = sec.replace(/server pair3 127\.0\.0\.1:(\d+)/g, (_, p) => `server pair4 127.0.0.1:${Number(p) + 1}`);
+        if (sec.startsWith("backend pair3")) return `${sec}\n${four.replace("backend pair3", "backend pair4")}`;
+        return sec.replace(/( *)server pair3 .*\n/, (line, ind) => `${line}${line.replace(/server pair3 127\.0\.0\.1:(\d+)/, (_, p) => `server pair4 127.0.0.1:${Number(p) + 1}`)}`);
+      })
+      .join("\n");
+  }
+  const file = path.join(WORK, "haproxy.cfg");
+  fs.writeFileSync(file, cfg);
+  const out = fs.openSync(path.join(WORK, "haproxy.log"), "a");
+  haproxy = spawn("haproxy", ["-db", "-f", file], { stdio: ["ignore", out, out] });
+  fs.writeFileSync(path.join(WORK, "haproxy.pid"), String(haproxy.pid));
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await fetch(`${PROXY}/health`)).ok) return;
+    } catch {}
+    await sleep(50);
+  }
+  throw new Error("HAProxy did not start");
+}
+
+/** This process's file-descriptor limit (HAProxy inherits it). */
+const fdLimit = () => Number(execFileSync("bash", ["-c", "ulimit -n"]).toString().trim()) || 1024;
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// ---- runs through @ag-ui/client --------------------------------------------------------------
+
+const fp = (thread) => ({ iacCode: { schemaVersion: 1, rosInvocationId: `inv-${thread}`, cwd: CWD } });
+
+/** One run: `{ok, outcome, status, code, message, types, executionId}`. Messages added for a run
+ * that was refused are taken back, as a client retrying the same turn would. */
+async function turn(agent, { text, resume, onSession } = {}) {
+  const before = agent.messages.length;
+  if (text) agent.addMessage({ id: `u-${randomUUID()}`, role: "user", content: text });
+  const r = { ok: false, types: [], outcome: null };
+  const subscriber = {
+    onEvent: ({ event }) => {
+      r.types.push(event.type);
+      if (event.type === "CUSTOM" && event.name === "iac-code.session.v1") {
+        r.executionId = event.value?.executionId;
+        onSession?.(r.executionId);
+      }
+    },
+    onRunFinishedEvent: (p) => (r.outcome = p.outcome),
+    onRunErrorEvent: ({ event }) => (r.code = event.code),
+  };
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), 30_000);
+  try {
+    await agent.runAgent({ forwardedProps: fp(agent.threadId), resume, runId: `run-${randomUUID()}`, abortController: controller }, subscriber);
+    r.ok = r.outcome !== null && !r.code;
+  } catch (e) {
+    r.status = e.status;
+    r.code = r.code || e.payload?.error?.code;
+    r.message = e.payload?.error?.message || String(e.message);
+    if (e.status) agent.messages.splice(before);
+  } finally {
+    clearTimeout(timer);
+  }
+  return r;
+}
+
+/** Runs `f` over `items`, POOL at a time; returns the results in order. */
+async function pool(items, f) {
+  const out = new Array(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: POOL }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        out[i] = await f(items[i], i);
+      }
+    }),
+  );
+  return out;
+}
+
+const kind = (i) => (i % 10 === 3 ? "permission" : i % 10 === 7 ? "cancel" : "normal");
+
+/** Turn 2 of a permission thread: the interrupt, then a resume allow_once. */
+async function permissionTurn(agent) {
+  const r1 = await turn(agent, { text: "scenario:permission" });
+  const interrupt = agent.pendingInterrupts?.[0];
+  if (!r1.ok || r1.outcome !== "interrupt" || !interrupt) return { ...r1, ok: false, why: "no interrupt" };
+  const resume = [{ interruptId: interrupt.id, status: "resolved", payload: { decision: "allow_once" } }];
+  const r2 = await turn(agent, { resume });
+  return { ...r2, ok: r2.ok && r2.outcome === "success", why: "resume" };
+}
+
+/** Turn 2 of a cancel thread: a run that hangs until the cancel extension, through HAProxy. */
+async function cancelTurn(agent) {
+  let cancelled = null;
+  const r = await turn(agent, {
+    text: "scenario:hang",
+    onSession: (id) => {
+      cancelled = fetch(`${PROXY}/extensions/iac-code/v1/executions/${id}/cancel`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ threadId: agent.threadId, rosInvocationId: `inv-${agent.threadId}` }),
+      }).then(async (res) => [res.status, await res.json()]);
+    },
+  });
+  const [status, body] = cancelled ? await cancelled : [0, {}];
+  return { ...r, ok: r.code === "CANCELLED" && status === 200 && body.status === "cancelled", why: `cancel ${status} ${body.status}` };
+}
+
+// ---- the scenario ------------------------------------------------------------------------------
+
+async function phaseTraffic(agents) {
+  for (let k = 1; k <= 3; k++) {
+    const results = await pool(agents, (a, i) =>
+      k === 2 && kind(i) === "permission" ? permissionTurn(a) : k === 2 && kind(i) === "cancel" ? cancelTurn(a) : turn(a, { text: `hello, turn ${k}` }),
+    );
+    const bad = results.filter((r) => !r.ok);
+    check(bad.length === 0, `turn ${k} of ${agents.length} threads through HAProxy${bad.length ? `: ${bad.length} failed, e.g. ${JSON.stringify(bad[0])}` : ""}`);
+  }
+  const owners = agents.map((a) => [1, 2, 3].filter((p) => held(p).has(a.threadId)));
+  check(owners.every((o) => o.length === 1), "every thread is held by exactly one pair (state dirs)");
+  const counts = [1, 2, 3].map((p) => owners.filter((o) => o[0] === p).length);
+  log(`      threads per pair: ${counts.join(" / ")}`);
+  check(counts.every((c) => c > agents.length / 6), "the threads are spread over the three pairs");
+  for (const p of [1, 2, 3]) {
+    const mine = new Set([...held(p)].map(contextId));
+    const seen = await kernelContexts(p);
+    check([...seen].every((c) => mine.has(c)), `kernel ${p} only ran messages in its own pair's threads (${seen.size} contexts)`);
+  }
+  return new Map(agents.map((a, i) => [a.threadId, owners[i][0]]));
+}
+
+async function phaseSameStream() {
+  const direct = new HttpAgent({ url: `http://127.0.0.1:${BASE + 1}/`, threadId: `cmp-direct-${randomUUID()}` });
+  const proxied = new HttpAgent({ url: `${PROXY}/`, threadId: `cmp-proxy-${randomUUID()}` });
+  const [d, p] = [await turn(direct, { text: "hello" }), await turn(proxied, { text: "hello" })];
+  check(d.ok && p.ok && d.types.join() === p.types.join(), `the same stream direct and through HAProxy (${p.types.length} events)`);
+}
+
+async function phaseKill(agents, owner) {
+  const victim = 2;
+  const pendingOf = new Map();
+  // A tenth of each pair's threads (at least one) wait on a permission interrupt.
+  const parked = [1, 2, 3].flatMap((p) => {
+    const mine = agents.filter((a) => owner.get(a.threadId) === p);
+    return mine.slice(0, Math.max(1, Math.floor(mine.length / 10)));
+  });
+  const parkedRuns = await pool(parked, (a) => turn(a, { text: "scenario:permission" }));
+  check(parkedRuns.every((r) => r.outcome === "interrupt"), `${parked.length} threads left on a pending permission interrupt`);
+  for (const a of parked) pendingOf.set(a.threadId, a.pendingInterrupts[0]);
+  const before = [1, 3].map((p) => held(p).size);
+  pairsSh("kill-one", String(victim));
+  process.kill(kernelPid(victim), "SIGSTOP");
+  log(`      pair ${victim} killed (adapter SIGKILL, kernel frozen)`);
+  const step = (a) => {
+    const pending = pendingOf.get(a.threadId);
+    return pending
+      ? turn(a, { resume: [{ interruptId: pending.id, status: "resolved", payload: { decision: "allow_once" } }] })
+      : turn(a, { text: "after the kill" });
+  };
+  const results = await pool(agents, step);
+  const dead = results.filter((_, i) => owner.get(agents[i].threadId) === victim);
+  const live = results.filter((_, i) => owner.get(agents[i].threadId) !== victim);
+  check(
+    dead.every((r) => r.status === 503 && r.code === "STATE_UNAVAILABLE"),
+    `all ${dead.length} threads of the dead pair get 503 STATE_UNAVAILABLE (${dead[0]?.message})`,
+  );
+  check(live.every((r) => r.ok), `the ${live.length} threads of the other pairs go on (new turns and resumes)${sample(live, (r) => !r.ok)}`);
+  const victimThreads = agents.filter((a) => owner.get(a.threadId) === victim).map((a) => a.threadId);
+  const elsewhere = [1, 3].some((p) => victimThreads.some((t) => held(p).has(t)));
+  const kernelsSaw = await Promise.all([1, 3].map(kernelContexts));
+  const sessions = kernelsSaw.some((s) => victimThreads.some((t) => s.has(contextId(t))));
+  check(!elsewhere && !sessions, "no other pair or kernel created anything for the dead pair's threads");
+  check([1, 3].every((p, i) => held(p).size === before[i]), "the other pairs hold no new thread");
+  // Restart in place: the kernel thaws (the real kernel would reload its tasks from its disk), the
+  // adapter starts on the same state dir.
+  process.kill(kernelPid(victim), "SIGCONT");
+  pairsSh("start-one", String(victim));
+  const back = await pool(
+    agents.filter((a) => owner.get(a.threadId) === victim),
+    step,
+  );
+  const resumed = back.filter((r) => r.types.includes("TOOL_CALL_RESULT")).length;
+  const victimPending = parked.filter((a) => owner.get(a.threadId) === victim).length;
+  check(back.every((r) => r.ok && r.outcome === "success"), `after the restart the ${back.length} threads of pair ${victim} go on`);
+  check(resumed === victimPending && victimPending > 0, `${resumed} pending interrupts of pair ${victim} resumed after its restart`);
+}
+
+async function phaseAddPair(agents, owner) {
+  pairsSh("start-one", "4");
+  await startHaproxy(4);
+  const results = await pool(agents, (a) => turn(a, { text: "with four pairs" }));
+  const moved = results.filter((r) => !r.ok);
+  check(
+    moved.every((r) => r.status === 503 && r.code === "STATE_UNAVAILABLE" && /not held by this adapter pair/.test(r.message)),
+    `adding pair 4 without a map: ${moved.length} of ${agents.length} threads now hash to it and are refused by it, loudly${sample(moved, (r) => !(r.status === 503 && /not held/.test(r.message)))}`,
+  );
+  check(moved.length > 0 && moved.length < agents.length / 2, "about a quarter of the threads moved (consistent hashing)");
+  check(held(4).size === 0 && (await kernelContexts(4)).size === 0, "pair 4 created no thread and no kernel session");
+  const map = execFileSync("bash", [path.join(ROOT, "contrib/deploy/thread-map.sh"), "3"], { env: { ...process.env, PAIRS_ROOT: path.join(WORK, "pairs") } }).toString();
+  check(map.trim().split("\n").length === agents.length + 2, `thread-map.sh pinned ${map.trim().split("\n").length} threads to their pairs`);
+  await startHaproxy(4, map);
+  const again = await pool(agents, (a) => turn(a, { text: "pinned" }));
+  check(again.every((r) => r.ok), `with the map every existing thread goes on on its own pair${sample(again, (r) => !r.ok)}`);
+  const fresh = Array.from({ length: 40 }, () => new HttpAgent({ url: `${PROXY}/`, threadId: `new-${randomUUID()}` }));
+  const freshRuns = await pool(fresh, (a) => turn(a, { text: "new thread" }));
+  check(freshRuns.every((r) => r.ok) && held(4).size > 0, `new threads are spread over four pairs (${held(4).size} of 40 on pair 4)`);
+  check(agents.every((a) => !held(4).has(a.threadId) && owner.has(a.threadId)), "no old thread was started on pair 4");
+}
+
+async function main() {
+  await startHaproxy(3);
+  log(`HAProxy on ${PROXY}, pairs on ${BASE + 1}-${BASE + 3}, ${N} threads`);
+  const agents = Array.from({ length: N }, (_, i) => new HttpAgent({ url: `${PROXY}/`, threadId: `t${i}-${randomUUID()}` }));
+  const owner = await phaseTraffic(agents);
+  await phaseSameStream();
+  await phaseKill(agents, owner);
+  await phaseAddPair(agents, owner);
+  check(warnings.length === 0, `@ag-ui/client printed no warning${warnings.length ? `: ${warnings[0]}` : ""}`);
+}
+
+main()
+  .catch((e) => {
+    log(`FAIL  ${e.stack || e}`);
+    failures++;
+  })
+  .finally(() => {
+    haproxy?.kill();
+    log(failures ? `${failures} check(s) failed` : "all checks passed");
+    process.exit(failures ? 1 : 0);
+  });

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Several adapter + kernel pairs behind Debian's HAProxy, driven by the official @ag-ui/client.
+#
+#   bash tests/pairs/run.sh            (SKIP_PAIRS=1 skips it; PAIRS_THREADS=300 by default)
+#
+# Starts on 127.0.0.1: four fake kernels, pairs 1-3 through contrib/deploy/pairs.sh (--pair-mode,
+# each its own port, config dir and state dir), and HAProxy with contrib/deploy/haproxy.cfg (ports
+# rewritten). Then drive.mjs runs the scenario (see its header) and exits non-zero on any failure.
+# Everything it started is stopped on exit; logs of a failed run are kept under $TMPDIR.
+set -euo pipefail
+
+if [ -n "${SKIP_PAIRS:-}" ]; then echo "SKIP tests/pairs (SKIP_PAIRS set)"; exit 0; fi
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+cd "$ROOT"
+START=$(date +%s)
+command -v haproxy >/dev/null || { echo "haproxy not installed (apt-get install -y haproxy)" >&2; exit 1; }
+
+cargo build --quiet --examples --bins
+if [ ! -d "$HERE/node_modules/@ag-ui/client" ]; then
+  (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/agui-pairs.XXXXXX")"
+mkdir -p "$WORK/workspace"
+RC=1
+export PAIRS_ROOT="$WORK/pairs" AGUI_BIN="$ROOT/target/debug/iac-code-agui"
+export IAC_CODE_AGUI_ALLOWED_CWDS="$WORK"
+export AGUI_ARGS="--heartbeat-interval 1"
+
+cleanup() {
+  set +e
+  [ -f "$WORK/haproxy.pid" ] && kill "$(cat "$WORK/haproxy.pid")" 2>/dev/null
+  for i in 1 2 3 4; do
+    p="$(cat "$PAIRS_ROOT/pair-$i/adapter.pid" 2>/dev/null)"
+    [ -n "$p" ] && kill "$p" 2>/dev/null
+    k="$(cat "$WORK/kernel-$i.pid" 2>/dev/null)"
+    # A kernel may be frozen (SIGSTOP) by the test: thaw it so it can die.
+    [ -n "$k" ] && { kill -CONT "$k"; kill "$k"; } 2>/dev/null
+  done
+  wait 2>/dev/null
+  if [ "$RC" -eq 0 ]; then
+    rm -rf "$WORK"
+  else
+    for f in "$PAIRS_ROOT"/pair-*/adapter.log "$WORK/haproxy.log"; do
+      echo "--- $f (tail) ---" >&2; tail -n 15 "$f" >&2 2>/dev/null
+    done
+    echo "--- logs kept in $WORK ---" >&2
+  fi
+  echo "tests/pairs: $(( $(date +%s) - START )) s, exit $RC"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Four free consecutive ports above a random base: pair I listens on BASE+I, HAProxy on BASE.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for _ in $(seq 1 50); do
+  BASE=$(( 20000 + RANDOM % 12000 ))  # below the ephemeral range (32768-)
+  ok=1
+  for o in 0 1 2 3 4 99; do port_free $((BASE + o)) || ok=0; done
+  [ "$ok" = 1 ] && break
+done
+export BASE_PORT="$BASE"
+
+URLS=""
+for i in 1 2 3 4; do
+  target/debug/examples/fake-kernel --port 0 >"$WORK/kernel-$i.log" 2>&1 &
+  echo $! >"$WORK/kernel-$i.pid"
+  url=""
+  for _ in $(seq 1 200); do
+    url="$(sed -n 's/^listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$WORK/kernel-$i.log" | head -n1)"
+    [ -n "$url" ] && break
+    sleep 0.05
+  done
+  [ -n "$url" ] || { echo "fake kernel $i did not start" >&2; exit 1; }
+  URLS="$URLS $url"
+done
+export A2A_URLS="${URLS# }"
+
+bash contrib/deploy/pairs.sh start 3
+
+set +e
+WORK="$WORK" CWD="$WORK/workspace" ROOT="$ROOT" \
+  timeout 600 node "$HERE/drive.mjs"
+RC=$?
+set -e
+exit "$RC"
