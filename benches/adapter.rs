@@ -15,8 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-#[path = "../tests/fake_kernel/mod.rs"]
-mod fake_kernel;
 use fake_kernel::{FakeKernel, Step};
 
 const BIN: &str = env!("CARGO_BIN_EXE_iac-code-agui");
