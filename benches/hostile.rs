@@ -11,8 +11,6 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-#[path = "../tests/fake_kernel/mod.rs"]
-mod fake_kernel;
 
 use common::raw::*;
 use common::{Adapter, Options};

@@ -6,8 +6,6 @@
 //! are printed here and measured in `benches/hostile.rs`.
 
 mod common;
-#[path = "fake_kernel/mod.rs"]
-mod fake_kernel;
 
 use common::raw::*;
 use common::*;

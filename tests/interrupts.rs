@@ -2,8 +2,6 @@
 //! against the fake kernel.
 
 mod common;
-#[path = "fake_kernel/mod.rs"]
-mod fake_kernel;
 
 use common::*;
 use fake_kernel::FakeKernel;

@@ -2,8 +2,6 @@
 //! projection of a turn, upstream failures, heartbeats, disconnects, thread rules and the state file.
 
 mod common;
-#[path = "fake_kernel/mod.rs"]
-mod fake_kernel;
 
 use common::*;
 use fake_kernel::FakeKernel;

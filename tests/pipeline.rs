@@ -2,8 +2,6 @@
 //! parallel sub-pipelines, replays, and steps across an interrupt and an adapter restart.
 
 mod common;
-#[path = "fake_kernel/mod.rs"]
-mod fake_kernel;
 
 use common::*;
 use fake_kernel::FakeKernel;

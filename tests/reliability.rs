@@ -2,8 +2,6 @@
 //! panicking run, and sustained concurrent load. Every loop here is bounded in count and time.
 
 mod common;
-#[path = "fake_kernel/mod.rs"]
-mod fake_kernel;
 
 use common::*;
 use fake_kernel::FakeKernel;

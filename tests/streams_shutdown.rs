@@ -4,8 +4,6 @@
 //! HTTP/1.0. Every wait here is bounded; intervals are small (heartbeat 0.2 s, write timeout 1 s).
 
 mod common;
-#[path = "fake_kernel/mod.rs"]
-mod fake_kernel;
 
 use common::*;
 use fake_kernel::FakeKernel;

@@ -2,9 +2,6 @@
 //! (`--host` is accepted for `iac-code a2a` compatibility and must be loopback).
 //! Prints `listening on http://127.0.0.1:P` once ready.
 
-#[path = "mod.rs"]
-mod fake;
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| {
@@ -18,7 +15,7 @@ fn main() {
         std::process::exit(2);
     }
     let port = value("--port").and_then(|p| p.parse().ok()).unwrap_or(0);
-    let kernel = fake::FakeKernel::start_on(port, value("--token"));
+    let kernel = fake_kernel::FakeKernel::start_on(port, value("--token"));
     println!("listening on {}", kernel.url);
     loop {
         std::thread::park();

@@ -1,0 +1,9 @@
+//! One module per measured figure, in the report's order; each has one entry function that
+//! measures, writes its section and summary rows, and returns what later sections compare with.
+
+pub(crate) mod footprint;
+pub(crate) mod held_runs;
+pub(crate) mod latency;
+pub(crate) mod reference;
+pub(crate) mod startup;
+pub(crate) mod throughput;

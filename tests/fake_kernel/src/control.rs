@@ -1,0 +1,81 @@
+//! What a test changes from outside the protocol: gates that hold a script, the record of requests
+//! and faults (a kernel that lost its tasks, refuses answers, hangs on or ignores `CancelTask`).
+//! In-process tests call the `FakeKernel` methods; the standalone binary serves the same under
+//! `/__control/` (not recorded, no token needed).
+
+use crate::http::respond;
+use crate::{FakeKernel, State};
+use serde_json::{json, Value};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+
+impl FakeKernel {
+    /// Lets every script waiting on `Step::Gate(gate)` go on.
+    pub fn open(&self, gate: &str) {
+        open_gate(&self.state, gate);
+    }
+
+    /// Simulates a kernel that lost every task and session.
+    pub fn forget_everything(&self) {
+        forget(&self.state);
+    }
+
+    /// Moves a task to another context (an identity the adapter must refuse).
+    pub fn swap_context(&self, task_id: &str) {
+        if let Some(t) = self.state.tasks.lock().unwrap().get_mut(task_id) {
+            t.context = "agui-0000000000000000000000000000000000000000".into();
+        }
+    }
+
+    /// While set, every answer to an input wait is refused with a JSON-RPC error.
+    pub fn reject_answers(&self, on: bool) {
+        self.state.reject_answers.store(on, Ordering::SeqCst);
+    }
+
+    /// While set, `CancelTask` calls hang without an answer (a hung kernel).
+    pub fn stall_cancels(&self, on: bool) {
+        self.state.stall_cancels.store(on, Ordering::SeqCst);
+    }
+
+    /// While set, `CancelTask` is answered but the task keeps working.
+    pub fn ignore_cancels(&self, on: bool) {
+        self.state.ignore_cancels.store(on, Ordering::SeqCst);
+    }
+}
+
+fn open_gate(state: &State, gate: &str) {
+    state.gates.lock().unwrap().insert(gate.to_string());
+    state.gate_cv.notify_all();
+}
+
+fn forget(state: &State) {
+    state.tasks.lock().unwrap().clear();
+    state.sessions.lock().unwrap().clear();
+}
+
+/// Serves `/health` and the `/__control/` endpoints, which need no token; `None` for any other
+/// route.
+pub(crate) fn serve_open_route(
+    state: &State,
+    conn: &TcpStream,
+    method: &str,
+    path: &str,
+    query: &str,
+) -> Option<std::io::Result<()>> {
+    Some(match (method, path) {
+        ("GET", "/health") => respond(conn, 200, &json!({"status": "healthy"})),
+        ("POST", "/__control/open") => {
+            open_gate(state, query.strip_prefix("gate=").unwrap_or(""));
+            respond(conn, 200, &json!({"ok": true}))
+        }
+        ("GET", "/__control/requests") => {
+            let all = state.requests.lock().unwrap().clone();
+            respond(conn, 200, &Value::Array(all))
+        }
+        ("POST", "/__control/forget") => {
+            forget(state);
+            respond(conn, 200, &json!({"ok": true}))
+        }
+        _ => return None,
+    })
+}

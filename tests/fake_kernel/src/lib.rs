@@ -1,0 +1,143 @@
+//! A scripted fake of the iac-code A2A kernel, honest to the upstream contract.
+//!
+//! It speaks A2A 1.0 JSON-RPC over HTTP on 127.0.0.1 (`SendStreamingMessage`, `GetTask`,
+//! `CancelTask`, `SubscribeToTask`), the two iac-code extensions (`/iac-code/session/ensure-restored`,
+//! `/iac-code/pipeline/state`) and `/health`, and it checks what it is sent the way the kernel does:
+//! the `A2A-Version` header, the bearer token, method names, message shape, the exact permission
+//! answer, one working task per context. Each new user message picks a scripted scenario by its text
+//! (`scenario:<name>`, else `normal`); the `normal` and `permission` scenarios replay the real
+//! kernel's recorded traffic from `tests/data/`.
+//!
+//! Tests drive it in-process; `cargo run --example fake-kernel -- --port P` runs it standalone (for
+//! the JavaScript conformance suite and the benches). Control endpoints under `/__control/` open
+//! gates, list recorded requests and simulate a kernel that lost its tasks.
+//!
+//! Files, in the order a request meets them: `http` (the server, routing, auth), `rpc` (JSON-RPC
+//! methods other than streaming), `send` (`SendStreamingMessage`: a new task or an answer),
+//! `play` (streams a script), `pipeline` (the pipeline-state extension); the scripts themselves:
+//! `script` (the `Step` language), `scenarios` (the named scripts), `captures` (recorded traffic);
+//! `control` (what a test changes from outside: gates, recorded requests, faults).
+
+mod captures;
+mod control;
+mod http;
+mod pipeline;
+mod play;
+mod rpc;
+mod scenarios;
+mod script;
+mod send;
+
+pub use captures::{normal_turn, permission_flow};
+pub use scenarios::{permission_envelope, pipe, pipeline_flow, scenario};
+pub use script::Step;
+
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The steps that follow an input wait, picked by the answer.
+#[derive(Clone)]
+struct Continuation {
+    allow: Vec<Step>,
+    deny: Vec<Step>,
+    answer: Vec<Step>,
+}
+
+#[derive(Clone)]
+struct Task {
+    id: String,
+    context: String,
+    state: String,
+    input: Option<Value>,
+    /// Further permission waits pending beside `input` (pipeline side waits).
+    side: Vec<Value>,
+    continuation: Option<Continuation>,
+    cancelled: Arc<AtomicBool>,
+    pipeline: Vec<Value>,
+}
+
+#[derive(Default)]
+struct State {
+    tasks: Mutex<HashMap<String, Task>>,
+    requests: Mutex<Vec<Value>>,
+    gates: Mutex<HashSet<String>>,
+    gate_cv: Condvar,
+    sessions: Mutex<HashMap<String, String>>,
+    token: Option<String>,
+    overrides: Mutex<HashMap<String, Vec<Step>>>,
+    counter: AtomicU64,
+    reject_answers: AtomicBool,
+    /// A hung kernel: `CancelTask` calls get no answer while set (at most 60 s).
+    stall_cancels: AtomicBool,
+    /// A kernel that ignores `CancelTask` (answers, but the task keeps working).
+    ignore_cancels: AtomicBool,
+}
+
+pub struct FakeKernel {
+    pub url: String,
+    pub port: u16,
+    state: Arc<State>,
+}
+
+impl FakeKernel {
+    pub fn start() -> FakeKernel {
+        FakeKernel::start_on(0, None)
+    }
+
+    pub fn with_token(token: &str) -> FakeKernel {
+        FakeKernel::start_on(0, Some(token.to_string()))
+    }
+
+    pub fn start_on(port: u16, token: Option<String>) -> FakeKernel {
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind fake kernel");
+        // A deep accept queue, like uvicorn's, so bursts of runs are not slowed by SYN retries.
+        // SAFETY: listen(2) again on our own socket only changes its backlog.
+        unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 4096) };
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(State {
+            token,
+            ..Default::default()
+        });
+        let s = state.clone();
+        std::thread::spawn(move || http::accept(&s, &listener));
+        FakeKernel {
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            state,
+        }
+    }
+
+    /// Uses `script` for user messages whose text is `scenario:<name>`.
+    pub fn script(&self, name: &str, script: Vec<Step>) {
+        self.state
+            .overrides
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), script);
+    }
+
+    /// Every request received: `{method, path, headers, body}`.
+    pub fn requests(&self) -> Vec<Value> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// JSON-RPC calls of `method`, in order.
+    pub fn calls(&self, method: &str) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r["body"]["method"] == method)
+            .collect()
+    }
+
+    pub fn task_state(&self, task_id: &str) -> Option<String> {
+        self.state
+            .tasks
+            .lock()
+            .unwrap()
+            .get(task_id)
+            .map(|t| t.state.clone())
+    }
+}

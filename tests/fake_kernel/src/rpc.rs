@@ -1,0 +1,94 @@
+//! JSON-RPC 2.0: the envelope, the method table, and every method but `SendStreamingMessage`
+//! (in `send`).
+
+use crate::http::respond;
+use crate::{State, Task};
+use serde_json::{json, Value};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(crate) fn rpc_error(req: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": req.get("id").cloned().unwrap_or(Value::Null), "error": {"code": code, "message": message}})
+}
+
+pub(crate) fn rpc_result(req: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": req["id"], "result": result})
+}
+
+pub(crate) fn rpc(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
+    if req["jsonrpc"] != "2.0" || req.get("id").is_none() {
+        return respond(conn, 400, &rpc_error(req, -32600, "Invalid Request"));
+    }
+    match req["method"].as_str().unwrap_or("") {
+        "GetTask" => get_task(state, conn, req),
+        "CancelTask" => cancel_task(state, conn, req),
+        "SubscribeToTask" => respond(
+            conn,
+            200,
+            &rpc_error(req, -32001, "Task not found or not streaming"),
+        ),
+        "SendStreamingMessage" => crate::send::send_streaming(state, conn, req),
+        "SendMessage" => respond(conn, 200, &rpc_error(req, -32004, "This fake only streams")),
+        _ => respond(conn, 200, &rpc_error(req, -32601, "Method not found")),
+    }
+}
+
+/// A task as `GetTask` and `CancelTask` return it, with its pending waits.
+fn task_json(t: &Task) -> Value {
+    let mut iac = json!({});
+    if let Some(input) = &t.input {
+        iac["input"] = input.clone();
+        let all: Vec<Value> = std::iter::once(input).chain(&t.side).cloned().collect();
+        iac["pendingPermissions"] = Value::Array(all);
+    }
+    json!({"id": t.id, "contextId": t.context, "status": {"state": t.state}, "metadata": {"iac_code": iac}})
+}
+
+fn get_task(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
+    let id = req["params"]["id"].as_str().unwrap_or("");
+    match state.tasks.lock().unwrap().get(id) {
+        Some(t) => respond(conn, 200, &rpc_result(req, task_json(t))),
+        None => respond(conn, 200, &rpc_error(req, -32001, "Task not found")),
+    }
+}
+
+/// Marks the task cancelled; the stream playing it notices and ends with `TASK_STATE_CANCELED`.
+fn cancel_task(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
+    let id = req["params"]["id"].as_str().unwrap_or("");
+    let until = Instant::now() + Duration::from_secs(60);
+    while state.stall_cancels.load(Ordering::SeqCst) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut tasks = state.tasks.lock().unwrap();
+    if state.ignore_cancels.load(Ordering::SeqCst) {
+        let v = tasks.get(id).map(task_json).unwrap_or(Value::Null);
+        return respond(conn, 200, &rpc_result(req, v));
+    }
+    match tasks.get_mut(id) {
+        None => respond(conn, 200, &rpc_error(req, -32001, "Task not found")),
+        Some(t)
+            if matches!(
+                t.state.as_str(),
+                "TASK_STATE_CANCELED" | "TASK_STATE_FAILED" | "TASK_STATE_COMPLETED"
+            ) =>
+        {
+            respond(
+                conn,
+                200,
+                &rpc_error(req, -32002, "Task cannot be canceled"),
+            )
+        }
+        Some(t) => {
+            t.cancelled.store(true, Ordering::SeqCst);
+            t.state = "TASK_STATE_CANCELED".into();
+            t.input = None;
+            t.continuation = None;
+            let v = task_json(t);
+            drop(tasks);
+            state.gate_cv.notify_all();
+            respond(conn, 200, &rpc_result(req, v))
+        }
+    }
+}
