@@ -14,7 +14,7 @@ def key(v):
     return tuple(int(x) for x in (v.split(".") + ["0", "0"])[:3])
 resolved = {n["id"] for n in m["resolve"]["nodes"]}
 members = set(m["workspace_members"])
-ours = [p for p in m["packages"] if p["id"] in members]
+ours = [p for p in m["packages"] if p["id"] in members and p["name"] == "iac-code-agui"]
 msrv = ours[0].get("rust_version")
 if not msrv:
     sys.exit("msrv.sh: Cargo.toml has no rust-version")
