@@ -40,6 +40,8 @@ pub struct Kernel {
     child: Mutex<Option<Child>>,
     stopping: AtomicBool,
     start_timeout: Duration,
+    /// What `iac-code --version` said, when the command is an `iac-code` program.
+    version: Mutex<Option<String>>,
 }
 
 impl Kernel {
@@ -58,16 +60,31 @@ impl Kernel {
             child: Mutex::new(None),
             stopping: AtomicBool::new(false),
             start_timeout: config.kernel_start_timeout,
+            version: Mutex::new(None),
         });
         // The version check runs beside the kernel's start-up (both are Python start-ups); its
         // warning comes before any start-up error, which it may explain.
         let check = check_version(&config.a2a_command);
         let started = kernel.spawn_and_wait();
         if let Some(check) = check {
-            let _ = check.join();
+            *kernel.version.lock() = check.join().ok().flatten();
         }
         started?;
         Ok(kernel)
+    }
+
+    /// The command as started (without the arguments we append).
+    pub fn command(&self) -> String {
+        self.command.join(" ")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The kernel's release, when its `--version` could be read.
+    pub fn version(&self) -> Option<String> {
+        self.version.lock().clone()
     }
 
     pub fn url(&self) -> String {
@@ -160,6 +177,7 @@ impl Kernel {
                     .and_then(|c| c.try_wait().ok().flatten());
                 if let Some(status) = exited {
                     log::error!("the A2A kernel exited ({status}); restarting it");
+                    crate::metrics::kernel_restarted();
                     std::thread::sleep(Duration::from_secs(1));
                     if let Err(e) = kernel.spawn_and_wait() {
                         log::error!("{e}");
@@ -214,8 +232,8 @@ fn random_token() -> std::io::Result<String> {
 }
 
 /// When the kernel command is an `iac-code` program, runs `iac-code --version` on a thread and
-/// logs what it is, warning when it is not the pinned release.
-fn check_version(command: &[String]) -> Option<std::thread::JoinHandle<()>> {
+/// logs what it is, warning when it is not the pinned release; the thread returns the version.
+fn check_version(command: &[String]) -> Option<std::thread::JoinHandle<Option<String>>> {
     let program = command.first()?.clone();
     if Path::new(&program).file_name()? != "iac-code" {
         return None;
@@ -223,8 +241,17 @@ fn check_version(command: &[String]) -> Option<std::thread::JoinHandle<()>> {
     let shown = which(&program).unwrap_or_else(|| PathBuf::from(&program));
     std::thread::Builder::new()
         .name("kernel-version".into())
-        .spawn(move || match program_version(&program) {
-            Ok(out) => match parse_version(&out) {
+        .spawn(move || {
+            let out = program_version(&program);
+            report_version(&shown, &out);
+            out.ok().and_then(|o| parse_version(&o).map(String::from))
+        })
+        .ok()
+}
+
+fn report_version(shown: &Path, out: &std::io::Result<String>) {
+    match out {
+            Ok(out) => match parse_version(out) {
                 Some(v) if is_pinned(v) => {
                     log::info!("A2A kernel: {} (iac-code {v})", shown.display())
                 }
@@ -247,8 +274,7 @@ fn check_version(command: &[String]) -> Option<std::thread::JoinHandle<()>> {
                 "cannot check the A2A kernel's version (`{} --version`): {e}",
                 shown.display()
             ),
-        })
-        .ok()
+    }
 }
 
 /// Output of `<program> --version`, bounded by [`VERSION_TIMEOUT`].

@@ -56,6 +56,8 @@ pub mod ids;
 pub mod input;
 pub mod interrupts;
 pub mod kernel;
+pub mod logctx;
+pub mod metrics;
 pub mod projection;
 pub mod run;
 pub mod sse;
