@@ -42,6 +42,9 @@ pub struct Kernel {
     start_timeout: Duration,
     /// What `iac-code --version` said, when the command is an `iac-code` program.
     version: Mutex<Option<String>>,
+    /// `--log-format json`: the kernel's output is re-logged line by line (target `kernel`), so
+    /// the adapter's stream stays one JSON object a line; else it is inherited as is.
+    relog_output: bool,
 }
 
 impl Kernel {
@@ -61,6 +64,7 @@ impl Kernel {
             stopping: AtomicBool::new(false),
             start_timeout: config.kernel_start_timeout,
             version: Mutex::new(None),
+            relog_output: config.log_format == crate::config::LogFormat::Json,
         });
         // The version check runs beside the kernel's start-up (both are Python start-ups); its
         // warning comes before any start-up error, which it may explain.
@@ -104,6 +108,9 @@ impl Kernel {
             .args(["--thinking-exposure", "all"])
             .env("IACCODE_A2A_HTTP_TOKEN", &self.token)
             .stdin(Stdio::null());
+        if self.relog_output {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
         if std::env::var_os("IACCODE_A2A_ALLOWED_CWDS").is_none() {
             cmd.env("IACCODE_A2A_ALLOWED_CWDS", &self.allowed_cwds);
         }
@@ -116,13 +123,19 @@ impl Kernel {
             });
         }
         let name = self.command.join(" ");
-        let child = cmd.spawn().map_err(|e| {
+        let mut child = cmd.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 format!("cannot start the A2A kernel `{name}`: command not found; {INSTALL_HINT}")
             } else {
                 format!("cannot start the A2A kernel `{name}`: {e}; {INSTALL_HINT}")
             }
         })?;
+        if let Some(out) = child.stdout.take() {
+            relog(out);
+        }
+        if let Some(err) = child.stderr.take() {
+            relog(err);
+        }
         log::info!(
             "started A2A kernel `{name}` (pid {}) on port {}",
             child.id(),
@@ -206,6 +219,26 @@ impl Kernel {
         log::warn!("the A2A kernel ignored SIGTERM for {STOP_GRACE:?}; killing it");
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
         let _ = child.wait();
+    }
+}
+
+/// Logs each line of the kernel's `output` at INFO, target `kernel`, until it closes (the
+/// kernel exited); a thread per stream, as long-lived as the kernel.
+fn relog(output: impl Read + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("kernel-output".into())
+        .spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(output)
+                .split(b'\n')
+                .map_while(Result::ok)
+            {
+                let line = String::from_utf8_lossy(&line);
+                log::info!(target: "kernel", "{}", line.trim_end());
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("cannot start the kernel output thread: {e}");
     }
 }
 

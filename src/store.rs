@@ -348,42 +348,59 @@ impl Store {
         Ok(())
     }
 
-    /// Start-up check: a state dir, `threads/` or document readable or writable by others gets a
-    /// warning each (it names the path and the mode), and the directories are tightened at once
-    /// when they are ours. Returns the warnings (also logged).
+    /// Start-up check: the state dir and `threads/` each get a warning when others may read or
+    /// write them (and are tightened at once when they are ours); documents too loose get one
+    /// warning for all, from a sample of the first [`PERMISSION_SAMPLE`] (start-up stays fast
+    /// whatever the thread count; every save writes its file 0600 anyway). Returns the warnings.
     pub fn check_permissions(&self) -> Vec<String> {
         let mut warnings = Vec::new();
-        let mut paths = vec![self.root.clone(), self.dir.clone()];
-        if let Ok(entries) = std::fs::read_dir(&self.dir) {
-            paths.extend(entries.flatten().take(10_000).map(|e| e.path()));
-        }
-        for p in paths {
-            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+        for dir in [&self.root, &self.dir] {
+            let Ok(meta) = std::fs::metadata(dir) else {
                 continue;
             };
             let mode = meta.permissions().mode() & 0o7777;
-            let want = if meta.is_dir() { DIR_MODE } else { FILE_MODE };
             if mode & 0o077 == 0 {
                 continue;
             }
-            let fix = if meta.is_dir() && tightenable(&p) {
-                match std::fs::set_permissions(&p, std::fs::Permissions::from_mode(want)) {
-                    Ok(()) => format!("tightened to {want:04o}"),
-                    Err(e) => format!("cannot tighten it: {e}"),
+            let fix = if tightenable(dir) {
+                match std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE)) {
+                    Ok(()) => format!("tightened to {DIR_MODE:04o}"),
+                    Err(e) => format!("cannot tighten it to {DIR_MODE:04o}: {e}"),
                 }
             } else {
-                format!("expected {want:04o}; saves write new files as {FILE_MODE:04o}")
+                format!("not ours or shared, left as is; expected {DIR_MODE:04o}")
             };
-            let w = format!(
-                "state path {} is mode {mode:04o}, readable or writable by others ({fix})",
-                p.display()
-            );
+            warnings.push(format!(
+                "state dir {} is mode {mode:04o}, open to other users ({fix})",
+                dir.display()
+            ));
+        }
+        let loose: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flat_map(|entries| entries.flatten().take(PERMISSION_SAMPLE))
+            .filter(|e| {
+                e.metadata()
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o077 != 0)
+            })
+            .map(|e| e.path())
+            .collect();
+        if let Some(first) = loose.first() {
+            warnings.push(format!(
+                "{} state file(s) open to other users, e.g. {} (expected {FILE_MODE:04o}; \
+                 each is rewritten {FILE_MODE:04o} at its next save; chmod 600 them to fix now)",
+                loose.len(),
+                first.display()
+            ));
+        }
+        for w in &warnings {
             log::warn!("{w}");
-            warnings.push(w);
         }
         warnings
     }
 }
+
+/// How many documents the start-up permission check looks at.
+const PERMISSION_SAMPLE: usize = 100;
 
 /// A directory we may chmod: ours, and not a shared sticky one such as /tmp (a `--state-dir /tmp`
 /// must not lock every other user out of it).
@@ -455,6 +472,11 @@ mod tests {
         let warnings = store.check_permissions();
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].contains("0755") && warnings[0].contains("tightened"));
+        assert!(
+            warnings[1].starts_with("1 state file(s)"),
+            "{}",
+            warnings[1]
+        );
         assert_eq!(mode(&dir), 0o700);
         // A save re-applies the modes: the replaced file is owner-only again.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -368,10 +368,13 @@ impl SseStream {
         if self.chunked {
             frame.extend_from_slice(b"0\r\n\r\n");
         }
-        let _ = out
+        let written = out
             .write_all(backlog)
             .and_then(|_| out.write_all(frame))
             .and_then(|_| out.flush());
+        if written.is_ok() {
+            crate::metrics::events_sent(events.len());
+        }
         if let Some(s) = &self.socket {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }

@@ -128,6 +128,13 @@ fn alive(pid: u32) -> bool {
 }
 
 fn start_managed(name: &str) -> (std::process::Child, String, PathBuf, String) {
+    start_managed_with(name, &[])
+}
+
+fn start_managed_with(
+    name: &str,
+    extra: &[&str],
+) -> (std::process::Child, String, PathBuf, String) {
     let root = temp_dir(name);
     // No LLM settings anywhere: the start-up warning must say so.
     let config_dir = root.join("config");
@@ -141,6 +148,7 @@ fn start_managed(name: &str) -> (std::process::Child, String, PathBuf, String) {
             root.join("state").to_str().unwrap(),
         ])
         .args(["--a2a-command", fake_kernel_bin().to_str().unwrap()])
+        .args(extra)
         .env("IAC_CODE_AGUI_ALLOWED_CWDS", root.to_str().unwrap())
         .env("IAC_CODE_CONFIG_DIR", &config_dir)
         .env_remove("IAC_CODE_API_KEY")
@@ -227,6 +235,26 @@ fn a_managed_start_logs_the_kernel_and_warns_about_missing_llm_settings() {
     ] {
         assert!(warn.contains(var), "{var} in {warn}");
     }
+}
+
+#[test]
+fn json_logs_stay_json_with_a_managed_kernel_whose_output_is_relogged() {
+    let (mut child, _url, log, _) = start_managed_with("jsonkernel", &["--log-format", "json"]);
+    let read = || std::fs::read_to_string(&log).unwrap();
+    // The kernel's lines come through a thread of their own: wait for its first.
+    assert!(eventually(5, || read().contains("\"target\":\"kernel\"")));
+    let text = read();
+    let _ = child.kill();
+    let _ = child.wait();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["target"] == "kernel"
+            && l["message"].as_str().unwrap_or("").contains("listening on")),
+        "{text}"
+    );
 }
 
 #[test]
