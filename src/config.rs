@@ -368,7 +368,7 @@ fn host_list(v: Option<String>) -> Result<Vec<String>, String> {
 pub fn is_loopback_host(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match host.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip.is_loopback(),
+        Ok(ip) => ip.to_canonical().is_loopback(),
         Err(_) => host.eq_ignore_ascii_case("localhost"),
     }
 }
@@ -723,6 +723,7 @@ mod tests {
         assert!(parse(&["--config", f], &[])
             .unwrap_err()
             .contains("unknown key"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -782,6 +783,7 @@ mod tests {
         let c = config(&["--config", file.to_str().unwrap()], &[]);
         assert_eq!(c.max_url_bytes, 100);
         assert_eq!(c.allowed_hosts, ["a.example", "b.example"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -801,6 +803,7 @@ mod tests {
             ("localhost", true),
             ("LOCALHOST", true),
             ("127.0.0.2", true),
+            ("::ffff:127.0.0.1", true),
             ("0.0.0.0", false),
             ("::", false),
             ("192.168.1.1", false),
