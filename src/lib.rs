@@ -21,6 +21,8 @@
 //! | [`stream`] | the client's SSE response and the heartbeat timer |
 //! | [`store`] | per-thread JSON state files, atomically replaced |
 //! | [`kernel`] | supervision of a managed `iac-code a2a` |
+//! | [`metrics`] | counters and histograms for `GET /metrics` (Prometheus text) |
+//! | [`logctx`] | the run's ids as log fields (`--log-format json`) |
 //! | [`error`] | the one error type, with the spec's codes, in English and Chinese |
 //! | [`ids`] | ids, digests, clocks |
 //!
