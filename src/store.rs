@@ -350,7 +350,7 @@ impl Store {
 
     /// Start-up check: the state dir and `threads/` each get a warning when others may read or
     /// write them (and are tightened at once when they are ours); documents too loose get one
-    /// warning for all, from a sample of the first [`PERMISSION_SAMPLE`] (start-up stays fast
+    /// warning for all, from a sample of the first `PERMISSION_SAMPLE` (start-up stays fast
     /// whatever the thread count; every save writes its file 0600 anyway). Returns the warnings.
     pub fn check_permissions(&self) -> Vec<String> {
         let mut warnings = Vec::new();
