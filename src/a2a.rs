@@ -166,11 +166,13 @@ impl A2aClient {
             "method": "SendStreamingMessage",
             "params": {"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}},
         });
+        let started = std::time::Instant::now();
         let resp = self
             .post("/")
             .header("Accept", "text/event-stream")
-            .send(serde_json::to_vec(&body).unwrap_or_default())
-            .map_err(transport)?;
+            .send(serde_json::to_vec(&body).unwrap_or_default());
+        crate::metrics::UPSTREAM_LATENCY.observe(started.elapsed());
+        let resp = resp.map_err(transport)?;
         check_status(resp.status().as_u16())?;
         let sse = resp
             .headers()
@@ -199,6 +201,7 @@ impl A2aClient {
 
     fn call_on(&self, agent: &ureq::Agent, method: &str, params: Value) -> Result<Rpc, Error> {
         let body = json!({"jsonrpc": "2.0", "id": crate::ids::uuid_v4(), "method": method, "params": params});
+        let started = std::time::Instant::now();
         let resp = self
             .post_on(agent, "/")
             .send(serde_json::to_vec(&body).unwrap_or_default())
@@ -209,7 +212,9 @@ impl A2aClient {
             .with_config()
             .limit(16 * 1024 * 1024)
             .read_to_string()
-            .map_err(transport)?;
+            .map_err(transport);
+        crate::metrics::UPSTREAM_LATENCY.observe(started.elapsed());
+        let text = text?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|_| Error::a2a_protocol("a JSON-RPC reply is not JSON"))?;
         rpc_of(v)

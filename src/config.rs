@@ -22,6 +22,7 @@ pub struct Config {
     pub idle_shutdown: Duration,
     pub debug: bool,
     pub log_stdout: bool,
+    pub log_format: LogFormat,
     pub heartbeat: Duration,
     pub interrupt_ttl: Duration,
     /// How long the upstream stream may stay silent before the run fails (0 = never).
@@ -48,6 +49,13 @@ pub struct Config {
     pub allowed_hosts: Vec<String>,
     /// One of several pairs behind a balancer: unknown threads with history are refused.
     pub pair_mode: bool,
+}
+
+/// `--log-format`: env_logger's text lines, or one JSON object a line with the run's ids as fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// What the command line asked for.
@@ -94,16 +102,21 @@ Options:
   --pair-mode                 one of several adapter + kernel pairs behind a load balancer:
                               a thread this pair never held, arriving with history or a
                               resume, is refused (503 STATE_UNAVAILABLE), never restarted
-  --debug                     debug logging
-  --log-stdout                log to stdout instead of stderr
-  --config FILE               YAML file with the keys above (flat `key: value`)
+  -d, --debug                 debug logging
+  --log-stdout, --no-log-stdout
+                              log to stdout instead of stderr (default: stderr)
+  --log-format text|json      log lines as text, or one JSON object each with threadId, runId
+                              and executionId as fields when known [env IAC_CODE_AGUI_LOG_FORMAT]
+                              (default text)
+  --config FILE               YAML file with the keys above (flat `key: value`), plus
+                              `auth-token` and `a2a-token` (the variables below win over them)
                               Each option also reads IAC_CODE_AGUI_<OPTION> (upper snake case,
                               e.g. IAC_CODE_AGUI_MAX_CONNECTIONS); the command line wins.
   -h, --help                  print this help
   -V, --version               print the version
 
-Environment: IAC_CODE_AGUI_AUTH_TOKEN (protects this endpoint), IAC_CODE_AGUI_A2A_TOKEN (upstream
-bearer), IAC_CODE_AGUI_ALLOWED_CWDS (allowed workspace roots, ':'-separated; falls back to
+Environment: IAC_CODE_AGUI_AUTH_TOKEN (protects this endpoint and /metrics), IAC_CODE_AGUI_A2A_TOKEN
+(upstream bearer), IAC_CODE_AGUI_ALLOWED_CWDS (allowed workspace roots, ':'-separated; falls back to
 IACCODE_A2A_ALLOWED_CWDS; default: the current directory and the system temp directory).
 ";
 
@@ -132,8 +145,13 @@ const FLAGS: &[(&str, bool)] = &[
     ("pair-mode", false),
     ("debug", false),
     ("log-stdout", false),
+    ("log-format", true),
     ("config", true),
 ];
+
+/// YAML keys with no command-line flag (the reference's): secrets are not put on command lines,
+/// which any local user can read in /proc.
+const YAML_ONLY: &[&str] = &["auth-token", "a2a-token"];
 
 const ENV: &[(&str, &str)] = &[
     ("host", "IAC_CODE_AGUI_HOST"),
@@ -151,6 +169,9 @@ const ENV: &[(&str, &str)] = &[
     ("write-timeout", "IAC_CODE_AGUI_WRITE_TIMEOUT"),
     ("allowed-host", "IAC_CODE_AGUI_ALLOWED_HOST"),
     ("pair-mode", "IAC_CODE_AGUI_PAIR_MODE"),
+    ("log-format", "IAC_CODE_AGUI_LOG_FORMAT"),
+    ("auth-token", "IAC_CODE_AGUI_AUTH_TOKEN"),
+    ("a2a-token", "IAC_CODE_AGUI_A2A_TOKEN"),
 ];
 
 impl Command {
@@ -168,6 +189,16 @@ impl Command {
             match arg.as_str() {
                 "-h" | "--help" => return Ok(Command::Help),
                 "-V" | "--version" => return Ok(Command::Version),
+                // The reference's short and negative boolean forms (click `--debug/-d`,
+                // `--log-stdout/--no-log-stdout`).
+                "-d" => {
+                    cli.insert("debug", "true".into());
+                    continue;
+                }
+                "--no-log-stdout" => {
+                    cli.insert("log-stdout", "false".into());
+                    continue;
+                }
                 _ => {}
             }
             let Some(body) = arg.strip_prefix("--") else {
@@ -210,20 +241,21 @@ impl Command {
                 return Some(v.clone());
             }
             if let Some((_, var)) = ENV.iter().find(|e| e.0 == key) {
-                if let Some(v) = env(var) {
+                if let Some(v) = env(var).filter(|v| !v.is_empty()) {
                     return Some(v);
                 }
             }
             yaml.get(key).cloned()
         };
         let config_dir = env("IAC_CODE_CONFIG_DIR")
-            .map(PathBuf::from)
+            .filter(|v| !v.trim().is_empty())
+            .map(|d| expand_path(&d, &env))
             .or_else(|| env("HOME").map(|h| Path::new(&h).join(".iac-code")))
             .unwrap_or_else(|| PathBuf::from(".iac-code"));
-        let a2a_url = get("a2a-url").filter(|u| !u.trim().is_empty());
-        if let Some(url) = &a2a_url {
-            check_loopback_url(url)?;
-        }
+        let a2a_url = match get("a2a-url").filter(|u| !u.trim().is_empty()) {
+            Some(url) => Some(normalize_a2a_url(&url)?),
+            None => None,
+        };
         let allowed = env("IAC_CODE_AGUI_ALLOWED_CWDS")
             .or_else(|| env("IACCODE_A2A_ALLOWED_CWDS"))
             .filter(|v| !v.trim().is_empty());
@@ -239,7 +271,6 @@ impl Command {
                 roots
             }
         };
-        let secret = |var: &str| env(var).filter(|v| !v.is_empty());
         let config = Config {
             host: get("host").unwrap_or_else(|| "127.0.0.1".into()),
             port: number(get("port"), "port", 8000)?,
@@ -247,15 +278,19 @@ impl Command {
             a2a_command: split_command(
                 &get("a2a-command").unwrap_or_else(|| "iac-code a2a".into()),
             )?,
-            a2a_token: secret("IAC_CODE_AGUI_A2A_TOKEN"),
-            auth_token: secret("IAC_CODE_AGUI_AUTH_TOKEN"),
+            // The environment wins over YAML (`env or config.get(...)` in the reference); an empty
+            // value means none.
+            a2a_token: get("a2a-token").filter(|v| !v.is_empty()),
+            auth_token: get("auth-token").filter(|v| !v.is_empty()),
             state_dir: get("state-dir")
-                .map(PathBuf::from)
+                .filter(|d| !d.trim().is_empty())
+                .map(|d| expand_path(&d, &env))
                 .unwrap_or_else(|| config_dir.join("agui")),
             allowed_cwds,
             idle_shutdown: seconds(get("idle-shutdown"), "idle-shutdown", 0.0)?,
             debug: flag(get("debug"), "debug")?,
             log_stdout: flag(get("log-stdout"), "log-stdout")?,
+            log_format: log_format(get("log-format"))?,
             heartbeat: seconds(get("heartbeat-interval"), "heartbeat-interval", 15.0)?,
             interrupt_ttl: seconds(get("interrupt-ttl"), "interrupt-ttl", 540.0)?,
             a2a_idle_timeout: seconds(get("a2a-idle-timeout"), "a2a-idle-timeout", 900.0)?,
@@ -280,6 +315,9 @@ impl Command {
             allowed_hosts: host_list(get("allowed-host"))?,
             pair_mode: flag(get("pair-mode"), "pair-mode")?,
         };
+        if config.port == 0 {
+            return Err("'--port' must be between 1 and 65535".into());
+        }
         if config.heartbeat.is_zero() {
             return Err("'--heartbeat-interval' must be above 0".into());
         }
@@ -338,13 +376,13 @@ fn host_list(v: Option<String>) -> Result<Vec<String>, String> {
 pub fn is_loopback_host(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match host.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip.is_loopback(),
+        Ok(ip) => ip.to_canonical().is_loopback(),
         Err(_) => host.eq_ignore_ascii_case("localhost"),
     }
 }
 
 fn flag(v: Option<String>, name: &str) -> Result<bool, String> {
-    match v.as_deref().map(str::trim) {
+    match v.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         None => Ok(false),
         Some("true" | "1" | "yes" | "on") => Ok(true),
         Some("false" | "0" | "no" | "off" | "") => Ok(false),
@@ -361,15 +399,21 @@ fn split_command(cmd: &str) -> Result<Vec<String>, String> {
 }
 
 /// Only loopback upstreams: the adapter forwards credentials and must not leave the host.
+/// The reference's rule: scheme `http` or `https`, host `127.0.0.1`, `localhost` or `::1`; ours also
+/// takes the rest of 127.0.0.0/8 and the IPv4-mapped form `::ffff:127.0.0.1`.
 pub fn check_loopback_url(url: &str) -> Result<(), String> {
     let refuse = |why: &str| {
         Err(format!(
-            "refusing --a2a-url '{url}': {why}; the A2A upstream must be a plain http:// loopback \
-             address such as http://127.0.0.1:41242"
+            "refusing --a2a-url '{url}': {why}; the A2A upstream must be a loopback HTTP(S) URL \
+             such as http://127.0.0.1:41242"
         ))
     };
-    let Some(rest) = url.strip_prefix("http://") else {
-        return refuse("only http:// is supported");
+    let lower = url.to_ascii_lowercase();
+    let Some(rest) = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"))
+    else {
+        return refuse("only http:// and https:// are supported");
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     if authority.contains('@') {
@@ -381,13 +425,82 @@ pub fn check_loopback_url(url: &str) -> Result<(), String> {
         authority.split(':').next().unwrap_or("")
     };
     let loopback = match host.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip.is_loopback(),
-        Err(_) => host.eq_ignore_ascii_case("localhost"),
+        Ok(ip) => ip.to_canonical().is_loopback(),
+        Err(_) => host == "localhost",
     };
     if loopback {
         Ok(())
     } else {
         refuse("the host is not a loopback address")
+    }
+}
+
+/// The checked URL as the reference keeps it: trimmed, with exactly one trailing `/`
+/// (`http://127.0.0.1:41242` → `http://127.0.0.1:41242/`). An `https` URL is refused here: the
+/// kernel serves plain HTTP on loopback, and this build has no TLS client (a TLS stack would be
+/// the largest dependency of the binary for a loopback hop), so it could only fail at connect.
+pub fn normalize_a2a_url(url: &str) -> Result<String, String> {
+    let url = url.trim();
+    check_loopback_url(url)?;
+    if url[..5].eq_ignore_ascii_case("https") {
+        return Err(format!(
+            "--a2a-url '{url}': https is not supported by this build (no TLS client); the \
+             iac-code kernel serves plain HTTP on loopback, use http:// instead"
+        ));
+    }
+    Ok(format!("{}/", url.trim_end_matches('/')))
+}
+
+/// `~` and `$VAR`/`${VAR}` expansion, as the reference applies to its state and config dirs.
+fn expand_path(raw: &str, env: &impl Fn(&str) -> Option<String>) -> PathBuf {
+    let raw = raw.trim();
+    let mut out = String::new();
+    let rest = match raw.strip_prefix('~') {
+        Some(r) if r.is_empty() || r.starts_with('/') => {
+            out.push_str(&env("HOME").unwrap_or_else(|| "~".into()));
+            r
+        }
+        _ => raw,
+    };
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '$' {
+            out.push(c);
+            continue;
+        }
+        let braced = chars.peek() == Some(&'{');
+        if braced {
+            chars.next();
+        }
+        let mut name = String::new();
+        while let Some(&n) = chars.peek() {
+            if n.is_ascii_alphanumeric() || n == '_' {
+                name.push(n);
+                chars.next();
+            } else {
+                break;
+            }
+        }
+        if braced && chars.peek() == Some(&'}') {
+            chars.next();
+        }
+        match env(&name) {
+            // Like os.path.expandvars: an unknown variable stays as written.
+            None if braced => out.push_str(&format!("${{{name}}}")),
+            None => out.push_str(&format!("${name}")),
+            Some(v) => out.push_str(&v),
+        }
+    }
+    PathBuf::from(out)
+}
+
+fn log_format(v: Option<String>) -> Result<LogFormat, String> {
+    match v.as_deref().map(str::trim) {
+        None | Some("" | "text") => Ok(LogFormat::Text),
+        Some("json") => Ok(LogFormat::Json),
+        Some(other) => Err(format!(
+            "'--log-format' expects text or json, got '{other}'"
+        )),
     }
 }
 
@@ -405,7 +518,8 @@ fn parse_yaml(path: &str) -> Result<HashMap<String, String>, String> {
             return Err(format!("{path}:{}: expected 'key: value'", n + 1));
         };
         let key = key.trim().replace('_', "-");
-        if !FLAGS.iter().any(|f| f.0 == key && f.0 != "config") {
+        let known = FLAGS.iter().any(|f| f.0 == key && f.0 != "config");
+        if !known && !YAML_ONLY.contains(&key.as_str()) {
             return Err(format!("{path}:{}: unknown key '{key}'", n + 1));
         }
         let mut value = value.trim();
@@ -474,15 +588,99 @@ mod tests {
         }
         for bad in [
             "http://10.0.0.1:1",
-            "https://127.0.0.1:1",
+            "ftp://127.0.0.1:1",
             "http://example.com",
             "http://127.0.0.1@evil.com/",
+            "http://[::ffff:10.0.0.1]:1",
+            "http://localhost.evil.com",
         ] {
             assert!(check_loopback_url(bad).is_err(), "{bad}");
         }
         assert!(parse(&["--a2a-url", "http://192.168.1.1:80"], &[])
             .unwrap_err()
             .contains("loopback"));
+    }
+
+    #[test]
+    fn a2a_urls_follow_the_reference_loopback_rule_and_get_one_trailing_slash() {
+        for ok in [
+            "https://127.0.0.1:1",
+            "HTTP://LOCALHOST:2",
+            "http://[::ffff:127.0.0.1]:3",
+        ] {
+            assert!(check_loopback_url(ok).is_ok(), "{ok}");
+        }
+        let c = config(&["--a2a-url", " http://127.0.0.1:41242 "], &[]);
+        assert_eq!(c.a2a_url.as_deref(), Some("http://127.0.0.1:41242/"));
+        let c = config(&[], &[("IAC_CODE_AGUI_A2A_URL", "http://[::1]:5//")]);
+        assert_eq!(c.a2a_url.as_deref(), Some("http://[::1]:5/"));
+        let https = parse(&["--a2a-url", "https://127.0.0.1:1"], &[]).unwrap_err();
+        assert!(https.contains("no TLS client"), "{https}");
+    }
+
+    #[test]
+    fn the_reference_short_and_negative_flags_are_accepted() {
+        let c = config(&["-d", "--log-stdout", "--no-log-stdout"], &[]);
+        assert!(c.debug && !c.log_stdout);
+        assert_eq!(c.log_format, LogFormat::Text);
+        let c = config(&["--log-format", "json"], &[]);
+        assert_eq!(c.log_format, LogFormat::Json);
+        let c = config(&[], &[("IAC_CODE_AGUI_LOG_FORMAT", "json")]);
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(parse(&["--log-format", "xml"], &[]).is_err());
+        assert!(parse(&["--port", "0"], &[]).unwrap_err().contains("65535"));
+    }
+
+    #[test]
+    fn token_keys_come_from_yaml_below_the_environment() {
+        let dir = std::env::temp_dir().join(format!("agui-cfg-tok-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.yaml");
+        std::fs::write(
+            &file,
+            "auth-token: from-yaml\na2a_token: 'up-yaml'\ndebug: True\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let c = config(&["--config", f], &[]);
+        assert_eq!(c.auth_token.as_deref(), Some("from-yaml"));
+        assert_eq!(c.a2a_token.as_deref(), Some("up-yaml"));
+        assert!(c.debug);
+        let c = config(
+            &["--config", f],
+            &[
+                ("IAC_CODE_AGUI_AUTH_TOKEN", "from-env"),
+                ("IAC_CODE_AGUI_A2A_TOKEN", ""),
+            ],
+        );
+        assert_eq!(c.auth_token.as_deref(), Some("from-env"));
+        assert_eq!(c.a2a_token.as_deref(), Some("up-yaml"), "empty env = unset");
+        assert!(
+            parse(&["--auth-token", "x"], &[]).is_err(),
+            "no flag for a secret"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn state_and_config_dirs_expand_home_and_variables() {
+        let env = [("HOME", "/h"), ("X", "/x")];
+        let c = config(&["--state-dir", "~/s"], &env);
+        assert_eq!(c.state_dir, PathBuf::from("/h/s"));
+        let c = config(
+            &[],
+            &[
+                ("HOME", "/h"),
+                ("X", "/x"),
+                ("IAC_CODE_CONFIG_DIR", "${X}/c"),
+            ],
+        );
+        assert_eq!(c.state_dir, PathBuf::from("/x/c/agui"));
+        let c = config(
+            &[],
+            &[("X", "/x"), ("IAC_CODE_AGUI_STATE_DIR", "$X/st/$NOPE")],
+        );
+        assert_eq!(c.state_dir, PathBuf::from("/x/st/$NOPE"));
     }
 
     #[test]
@@ -508,10 +706,8 @@ mod tests {
         let c = config(&["--config", path], &[]);
         assert_eq!(c.port, 41243);
         assert_eq!(c.a2a_url, None);
-        assert_eq!(
-            c.a2a_command,
-            ["iac-code", "a2a", "--thinking-exposure", "all"]
-        );
+        assert_eq!(c.a2a_command, ["iac-code", "a2a"]);
+        assert_eq!(c.log_format, LogFormat::Text);
     }
 
     #[test]
@@ -535,6 +731,7 @@ mod tests {
         assert!(parse(&["--config", f], &[])
             .unwrap_err()
             .contains("unknown key"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -594,6 +791,7 @@ mod tests {
         let c = config(&["--config", file.to_str().unwrap()], &[]);
         assert_eq!(c.max_url_bytes, 100);
         assert_eq!(c.allowed_hosts, ["a.example", "b.example"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -613,6 +811,7 @@ mod tests {
             ("localhost", true),
             ("LOCALHOST", true),
             ("127.0.0.2", true),
+            ("::ffff:127.0.0.1", true),
             ("0.0.0.0", false),
             ("::", false),
             ("192.168.1.1", false),

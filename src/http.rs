@@ -53,6 +53,10 @@ pub fn error_body(status: u16) -> (Vec<u8>, &'static str) {
 /// Starts `dispatchers` threads taking requests from `server`; each request gets its own thread.
 pub fn serve(app: Arc<App>, server: Arc<tiny_http::Server>, dispatchers: usize) {
     log_request_panics();
+    let weak = Arc::downgrade(&server);
+    crate::metrics::count_connections_with(move || {
+        weak.upgrade().map_or(0, |s| s.num_connections())
+    });
     for i in 0..dispatchers {
         let (app, server) = (app.clone(), server.clone());
         let spawned = std::thread::Builder::new()
@@ -149,20 +153,28 @@ fn json_response(status: u16, body: &serde_json::Value) -> Response<std::io::Cur
 
 /// Answers a pre-SSE error. tiny_http adds `Connection: close` and closes the connection itself
 /// when the body was left unread (an application cannot set that header).
+///
+/// One INFO line per refusal: method, route, status and code only. The route is our name for
+/// the path, never the request-target itself (a query string can carry anything), and no header
+/// value is logged.
 fn reply_error(req: Request, e: &Error, lang: Lang) {
-    log::debug!(
-        "{} {} -> {} {}",
+    let path = req.url().split('?').next().unwrap_or("");
+    log::info!(
+        "rejected {} {} -> {} {}",
         req.method(),
-        req.url().get(..200).unwrap_or("(long url)"),
+        Route::of(path).label(),
         e.status(),
         e.code
     );
+    crate::metrics::rejected(e.status(), e.code);
     let _ = req.respond(json_response(e.status(), &e.to_json(lang)));
 }
 
 /// What a request needs once its checks passed.
 enum Next {
     Json(serde_json::Value),
+    /// The Prometheus exposition.
+    Metrics(String),
     Run(Box<Admitted>),
 }
 
@@ -188,6 +200,8 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
     let Some(req) = slot.as_mut() else {
         return;
     };
+    // The run's ids, once known, are log fields of everything this thread logs until it ends.
+    let _fields = crate::logctx::scope();
     let next = process(app, req);
     let Some(req) = slot.take() else {
         return;
@@ -195,6 +209,13 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
     match next {
         Ok(Next::Json(v)) => {
             let _ = req.respond(json_response(200, &v));
+        }
+        Ok(Next::Metrics(text)) => {
+            let ctype = "text/plain; version=0.0.4; charset=utf-8";
+            let _ = req
+                .respond(Response::from_data(text).with_header(
+                    Header::from_bytes("Content-Type", ctype).expect("static header"),
+                ));
         }
         Ok(Next::Run(admitted)) => stream_run(app, req, *admitted),
         Err(r) => {
@@ -241,6 +262,11 @@ fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
             ));
         }
     }
+    if let Route::Metrics = route {
+        return Ok(Next::Metrics(crate::metrics::render(
+            app.store.active_runs(),
+        )));
+    }
     check_json_content_type(req).map_err(refuse)?;
     let limit = match route {
         Route::Run => MAX_BODY_BYTES,
@@ -263,13 +289,13 @@ fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
         .map(Next::Json)
         .map_err(refuse),
         Route::Run => admit_run(app, req, body, accept_language.as_deref()),
-        Route::Health | Route::Unknown => Err(refuse(Error::internal())),
+        Route::Health | Route::Metrics | Route::Unknown => Err(refuse(Error::internal())),
     }
 }
 
 fn check_method(route: &Route, method: &Method, path: &str) -> Result<(), Error> {
     let allowed = match (route, method) {
-        (Route::Health, Method::Get | Method::Head) => true,
+        (Route::Health | Route::Metrics, Method::Get | Method::Head) => true,
         (Route::Run | Route::Cancel(_), Method::Post) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
@@ -320,6 +346,8 @@ fn check_json_content_type(req: &Request) -> Result<(), Error> {
 
 enum Route {
     Health,
+    /// `GET /metrics`, behind the bearer token when one is set.
+    Metrics,
     Run,
     Cancel(String),
     Unknown,
@@ -331,6 +359,7 @@ impl Route {
     fn of(path: &str) -> Route {
         match path {
             "/health" => Route::Health,
+            "/metrics" => Route::Metrics,
             "/" => Route::Run,
             p => match p
                 .strip_prefix(CANCEL_PREFIX)
@@ -339,6 +368,17 @@ impl Route {
                 Some(id) if !id.is_empty() && !id.contains('/') => Route::Cancel(id.to_string()),
                 _ => Route::Unknown,
             },
+        }
+    }
+
+    /// The route's name in logs: the pattern, not the path (ids and unknown paths stay out).
+    fn label(&self) -> &'static str {
+        match self {
+            Route::Health => "/health",
+            Route::Metrics => "/metrics",
+            Route::Run => "/",
+            Route::Cancel(_) => "/extensions/iac-code/v1/executions/{id}/cancel",
+            Route::Unknown => "(no route)",
         }
     }
 }
@@ -489,6 +529,9 @@ fn admit_run(
     accept_language: Option<&str>,
 ) -> Result<Next, Refusal> {
     let (lang, parsed) = input::parse_run(&body, &app.config.allowed_cwds, accept_language);
+    if let Ok(input) = &parsed {
+        crate::logctx::set_run(&input.thread_id, &input.run_id);
+    }
     let accepts_sse = header(req, "Accept").is_none_or(|a| {
         a.split(',').any(|t| {
             let t = t.split(';').next().unwrap_or("").trim();

@@ -603,9 +603,21 @@ fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
     if inside(path) && resolve_existing_prefix(path).is_some_and(|real| inside(&real)) {
         Ok(())
     } else {
+        // Names the roots and the variable that sets them: the usual cause is an adapter
+        // started elsewhere than the client's workspace (the default roots are its own cwd and
+        // the temp dir).
+        let shown = std::env::join_paths(roots)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         Err(bad(
-            "`forwardedProps.iacCode.cwd` is not inside an allowed workspace root.".into(),
-            "`forwardedProps.iacCode.cwd` 不在允许的工作区根目录内。".into(),
+            format!(
+                "`forwardedProps.iacCode.cwd` is not inside an allowed workspace root \
+                 (IAC_CODE_AGUI_ALLOWED_CWDS: {shown})."
+            ),
+            format!(
+                "`forwardedProps.iacCode.cwd` 不在允许的工作区根目录内\
+                 （IAC_CODE_AGUI_ALLOWED_CWDS：{shown}）。"
+            ),
         ))
     }
 }

@@ -40,6 +40,11 @@ pub struct Kernel {
     child: Mutex<Option<Child>>,
     stopping: AtomicBool,
     start_timeout: Duration,
+    /// What `iac-code --version` said, when the command is an `iac-code` program.
+    version: Mutex<Option<String>>,
+    /// `--log-format json`: the kernel's output is re-logged line by line (target `kernel`), so
+    /// the adapter's stream stays one JSON object a line; else it is inherited as is.
+    relog_output: bool,
 }
 
 impl Kernel {
@@ -58,16 +63,32 @@ impl Kernel {
             child: Mutex::new(None),
             stopping: AtomicBool::new(false),
             start_timeout: config.kernel_start_timeout,
+            version: Mutex::new(None),
+            relog_output: config.log_format == crate::config::LogFormat::Json,
         });
         // The version check runs beside the kernel's start-up (both are Python start-ups); its
         // warning comes before any start-up error, which it may explain.
         let check = check_version(&config.a2a_command);
         let started = kernel.spawn_and_wait();
         if let Some(check) = check {
-            let _ = check.join();
+            *kernel.version.lock() = check.join().ok().flatten();
         }
         started?;
         Ok(kernel)
+    }
+
+    /// The command as started (without the arguments we append).
+    pub fn command(&self) -> String {
+        self.command.join(" ")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The kernel's release, when its `--version` could be read.
+    pub fn version(&self) -> Option<String> {
+        self.version.lock().clone()
     }
 
     pub fn url(&self) -> String {
@@ -87,6 +108,9 @@ impl Kernel {
             .args(["--thinking-exposure", "all"])
             .env("IACCODE_A2A_HTTP_TOKEN", &self.token)
             .stdin(Stdio::null());
+        if self.relog_output {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
         if std::env::var_os("IACCODE_A2A_ALLOWED_CWDS").is_none() {
             cmd.env("IACCODE_A2A_ALLOWED_CWDS", &self.allowed_cwds);
         }
@@ -99,13 +123,19 @@ impl Kernel {
             });
         }
         let name = self.command.join(" ");
-        let child = cmd.spawn().map_err(|e| {
+        let mut child = cmd.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 format!("cannot start the A2A kernel `{name}`: command not found; {INSTALL_HINT}")
             } else {
                 format!("cannot start the A2A kernel `{name}`: {e}; {INSTALL_HINT}")
             }
         })?;
+        if let Some(out) = child.stdout.take() {
+            relog(out);
+        }
+        if let Some(err) = child.stderr.take() {
+            relog(err);
+        }
         log::info!(
             "started A2A kernel `{name}` (pid {}) on port {}",
             child.id(),
@@ -160,6 +190,7 @@ impl Kernel {
                     .and_then(|c| c.try_wait().ok().flatten());
                 if let Some(status) = exited {
                     log::error!("the A2A kernel exited ({status}); restarting it");
+                    crate::metrics::kernel_restarted();
                     std::thread::sleep(Duration::from_secs(1));
                     if let Err(e) = kernel.spawn_and_wait() {
                         log::error!("{e}");
@@ -191,6 +222,26 @@ impl Kernel {
     }
 }
 
+/// Logs each line of the kernel's `output` at INFO, target `kernel`, until it closes (the
+/// kernel exited); a thread per stream, as long-lived as the kernel.
+fn relog(output: impl Read + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("kernel-output".into())
+        .spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(output)
+                .split(b'\n')
+                .map_while(Result::ok)
+            {
+                let line = String::from_utf8_lossy(&line);
+                log::info!(target: "kernel", "{}", line.trim_end());
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("cannot start the kernel output thread: {e}");
+    }
+}
+
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -214,8 +265,8 @@ fn random_token() -> std::io::Result<String> {
 }
 
 /// When the kernel command is an `iac-code` program, runs `iac-code --version` on a thread and
-/// logs what it is, warning when it is not the pinned release.
-fn check_version(command: &[String]) -> Option<std::thread::JoinHandle<()>> {
+/// logs what it is, warning when it is not the pinned release; the thread returns the version.
+fn check_version(command: &[String]) -> Option<std::thread::JoinHandle<Option<String>>> {
     let program = command.first()?.clone();
     if Path::new(&program).file_name()? != "iac-code" {
         return None;
@@ -223,8 +274,17 @@ fn check_version(command: &[String]) -> Option<std::thread::JoinHandle<()>> {
     let shown = which(&program).unwrap_or_else(|| PathBuf::from(&program));
     std::thread::Builder::new()
         .name("kernel-version".into())
-        .spawn(move || match program_version(&program) {
-            Ok(out) => match parse_version(&out) {
+        .spawn(move || {
+            let out = program_version(&program);
+            report_version(&shown, &out);
+            out.ok().and_then(|o| parse_version(&o).map(String::from))
+        })
+        .ok()
+}
+
+fn report_version(shown: &Path, out: &std::io::Result<String>) {
+    match out {
+            Ok(out) => match parse_version(out) {
                 Some(v) if is_pinned(v) => {
                     log::info!("A2A kernel: {} (iac-code {v})", shown.display())
                 }
@@ -247,8 +307,7 @@ fn check_version(command: &[String]) -> Option<std::thread::JoinHandle<()>> {
                 "cannot check the A2A kernel's version (`{} --version`): {e}",
                 shown.display()
             ),
-        })
-        .ok()
+    }
 }
 
 /// Output of `<program> --version`, bounded by [`VERSION_TIMEOUT`].

@@ -22,6 +22,8 @@
 //! | [`stream`] | the client's SSE response and the heartbeat timer |
 //! | [`store`] | per-thread JSON state files, atomically replaced |
 //! | [`kernel`] | supervision of a managed `iac-code a2a` |
+//! | [`metrics`] | counters and histograms for `GET /metrics` (Prometheus text) |
+//! | [`logctx`] | the run's ids as log fields (`--log-format json`) |
 //! | [`error`] | the one error type, with the spec's codes, in English and Chinese |
 //! | [`ids`] | ids, digests, clocks |
 //!
@@ -57,6 +59,8 @@ pub mod ids;
 pub mod input;
 pub mod interrupts;
 pub mod kernel;
+pub mod logctx;
+pub mod metrics;
 pub mod projection;
 pub(crate) mod routing;
 pub mod run;

@@ -1,12 +1,14 @@
 //! `iac-code-agui`: parse the configuration, start (or reach) the A2A kernel, serve AG-UI.
 
 use iac_code_agui::a2a::A2aClient;
-use iac_code_agui::config::{Command, Config, USAGE};
+use iac_code_agui::config::{Command, Config, LogFormat, USAGE};
 use iac_code_agui::http;
 use iac_code_agui::kernel::Kernel;
+use iac_code_agui::logctx;
 use iac_code_agui::run::{self, App, Runs};
 use iac_code_agui::store::Store;
 use iac_code_agui::stream::Heartbeats;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,18 +35,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // The HTTP libraries stay at warn whatever --debug or RUST_LOG say: their debug lines carry
-    // request headers, and the upstream request carries the bearer token.
-    let level = if config.debug { "debug" } else { "info" };
-    let mut logger =
-        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level));
-    for noisy in ["ureq", "ureq_proto", "tiny_http"] {
-        logger.filter_module(noisy, log::LevelFilter::Warn);
-    }
-    if config.log_stdout {
-        logger.target(env_logger::Target::Stdout);
-    }
-    logger.init();
+    init_logging(&config);
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -62,6 +53,7 @@ fn main() {
             std::process::exit(1);
         }
     };
+    log_configuration(&config);
     let (url, managed) = match &config.a2a_url {
         Some(url) => (url.clone(), None),
         None => match Kernel::start(&config) {
@@ -72,8 +64,17 @@ fn main() {
             }
         },
     };
-    if let Some(k) = &managed {
-        k.supervise();
+    match &managed {
+        Some(k) => {
+            log::info!(
+                "A2A kernel: managed `{}` on 127.0.0.1:{} (iac-code {}), restarted if it exits",
+                k.command(),
+                k.port(),
+                k.version().as_deref().unwrap_or("version unknown")
+            );
+            k.supervise();
+        }
+        None => log::info!("A2A kernel: external at {url}"),
     }
     let app = Arc::new(App {
         a2a: A2aClient::new(
@@ -91,7 +92,10 @@ fn main() {
     });
     http::serve(app.clone(), server.clone(), app.config.workers);
     let addr = server.server_addr();
-    log::info!("iac-code-agui listening on http://{addr} (A2A {url})");
+    log::info!(
+        "iac-code-agui {} listening on http://{addr}",
+        env!("CARGO_PKG_VERSION")
+    );
     let mut idle_since = Instant::now();
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
@@ -112,6 +116,103 @@ fn main() {
         k.stop();
     }
     log::info!("stopped");
+}
+
+/// Text lines (env_logger's) or JSON lines with the run's ids as fields.
+fn init_logging(config: &Config) {
+    // The HTTP libraries stay at warn whatever --debug or RUST_LOG say: their debug lines carry
+    // request headers, and the upstream request carries the bearer token.
+    let level = if config.debug { "debug" } else { "info" };
+    let mut logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level));
+    for noisy in ["ureq", "ureq_proto", "tiny_http"] {
+        logger.filter_module(noisy, log::LevelFilter::Warn);
+    }
+    if config.log_stdout {
+        logger.target(env_logger::Target::Stdout);
+    }
+    if config.log_format == LogFormat::Json {
+        logger.format(|buf, record| {
+            let mut line = serde_json::Map::new();
+            let ts = buf.timestamp_millis().to_string();
+            line.insert("ts".into(), ts.into());
+            line.insert("level".into(), record.level().as_str().into());
+            line.insert("target".into(), record.target().into());
+            line.insert("message".into(), record.args().to_string().into());
+            let ids = logctx::current();
+            for (k, v) in [
+                ("threadId", ids.thread_id),
+                ("runId", ids.run_id),
+                ("executionId", ids.execution_id),
+            ] {
+                if let Some(v) = v {
+                    line.insert(k.into(), v.into());
+                }
+            }
+            writeln!(buf, "{}", serde_json::Value::Object(line))
+        });
+    }
+    logger.init();
+}
+
+/// One INFO line each for what an operator checks first: the state dir, the allowed workspace
+/// roots (and the variable that sets them), and for a managed kernel whether the LLM settings it
+/// needs are anywhere (else the first turn fails with "Authentication required").
+fn log_configuration(config: &Config) {
+    log::info!("state dir: {}", config.state_dir.display());
+    let roots = std::env::join_paths(&config.allowed_cwds)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let source = if std::env::var_os("IAC_CODE_AGUI_ALLOWED_CWDS").is_some() {
+        "from IAC_CODE_AGUI_ALLOWED_CWDS"
+    } else if std::env::var_os("IACCODE_A2A_ALLOWED_CWDS").is_some() {
+        "from IACCODE_A2A_ALLOWED_CWDS"
+    } else {
+        "default: the current directory and the temp dir; set IAC_CODE_AGUI_ALLOWED_CWDS to change"
+    };
+    log::info!("allowed workspace roots: {roots} ({source})");
+    Store::new(config.state_dir.clone()).check_permissions();
+    if config.a2a_url.is_none() {
+        if let Some(warning) = missing_llm_settings(|k| std::env::var(k).ok()) {
+            log::warn!("{warning}");
+        }
+    }
+}
+
+/// The kernel takes its LLM key from `IAC_CODE_API_KEY` (with `IAC_CODE_PROVIDER`,
+/// `IAC_CODE_MODEL`, `IAC_CODE_BASE_URL` beside it), else from the provider saved by `iac-code`'s
+/// `/auth` in `<config-dir>/settings.yml`. With neither, only requests that carry
+/// `forwardedProps.iacCode.llmApiKey` can run.
+fn missing_llm_settings(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let set = |k: &str| env(k).is_some_and(|v| !v.trim().is_empty());
+    if set("IAC_CODE_API_KEY") {
+        return None;
+    }
+    let config_dir = env("IAC_CODE_CONFIG_DIR")
+        .filter(|d| !d.trim().is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| env("HOME").map(|h| std::path::Path::new(&h).join(".iac-code")))?;
+    let settings = config_dir.join("settings.yml");
+    if settings.is_file() {
+        return None;
+    }
+    let partly: Vec<&str> = ["IAC_CODE_PROVIDER", "IAC_CODE_MODEL", "IAC_CODE_BASE_URL"]
+        .into_iter()
+        .filter(|k| set(k))
+        .collect();
+    let partly = if partly.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} set, but no key)", partly.join(", "))
+    };
+    Some(format!(
+        "no LLM configuration for the managed kernel: IAC_CODE_API_KEY is not set{partly} and \
+         {} does not exist; runs will end with RUN_ERROR (\"Authentication required\") unless \
+         each request carries forwardedProps.iacCode.llmApiKey. Set IAC_CODE_PROVIDER (e.g. \
+         \"OpenAI Compatible\"), IAC_CODE_MODEL, IAC_CODE_BASE_URL and IAC_CODE_API_KEY, or run \
+         `iac-code` once and use /auth",
+        settings.display()
+    ))
 }
 
 /// How long active runs get to end themselves on SIGTERM/SIGINT before their streams are ended

@@ -346,6 +346,7 @@ pub fn run(app: Arc<App>, admitted: Admitted, stream: Arc<SseStream>) {
         context_id: admitted.doc.context_id.clone(),
         ros_invocation_id: admitted.input.iac.ros_invocation_id.clone(),
     };
+    crate::logctx::set_execution(&ids.execution_id);
     let lang = admitted.lang;
     let live = Arc::new(Live {
         stream: stream.clone(),
@@ -460,6 +461,7 @@ impl<'a> RunCtx<'a> {
         };
         self.stream.clear_on_close();
         let finish = self.settle(finish);
+        crate::metrics::run_ended(&finish);
         match finish.code() {
             Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
             None => log::debug!("run {} ended", self.input.run_id),

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -226,7 +227,14 @@ pub struct Slot {
     pub active: Option<Arc<ActiveRun>>,
 }
 
+/// Modes of the state directories and files: they hold thread bindings (which user and workspace
+/// drive which kernel session), so only the adapter's user may read them.
+const DIR_MODE: u32 = 0o700;
+const FILE_MODE: u32 = 0o600;
+
 pub struct Store {
+    /// The state dir; documents live in its `threads/`.
+    root: PathBuf,
     dir: PathBuf,
     slots: Mutex<HashMap<String, Arc<Mutex<Slot>>>>,
 }
@@ -235,6 +243,7 @@ impl Store {
     pub fn new(state_dir: PathBuf) -> Store {
         Store {
             dir: state_dir.join("threads"),
+            root: state_dir,
             slots: Mutex::new(HashMap::new()),
         }
     }
@@ -302,18 +311,105 @@ impl Store {
         let path = self.path_of(&doc.thread_id);
         let bytes = serde_json::to_vec_pretty(doc).map_err(|_| Error::persistence("encode"))?;
         let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(&self.dir)?;
+            self.create_dirs()?;
             let file = atomicwrites::AtomicFile::new(&path, atomicwrites::AllowOverwrite);
-            file.write(|f| std::io::Write::write_all(f, &bytes))
-                .map_err(|e| match e {
-                    atomicwrites::Error::Internal(e) | atomicwrites::Error::User(e) => e,
-                })
+            // The temporary file is made owner-only before any byte is in it; the rename keeps it.
+            file.write(|f| {
+                f.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
+                std::io::Write::write_all(f, &bytes)
+            })
+            .map_err(|e| match e {
+                atomicwrites::Error::Internal(e) | atomicwrites::Error::User(e) => e,
+            })
         };
-        write().map_err(|e| {
+        let started = std::time::Instant::now();
+        let written = write();
+        crate::metrics::STATE_WRITE_LATENCY.observe(started.elapsed());
+        written.map_err(|e| {
             log::error!("cannot write thread state {}: {e}", path.display());
             Error::persistence("thread state")
         })
     }
+}
+
+impl Store {
+    /// Creates the state dir and `threads/` owner-only, and re-applies that mode on every save,
+    /// as the reference does (a directory an operator loosened is tightened again).
+    fn create_dirs(&self) -> std::io::Result<()> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(&self.dir)?;
+        for d in [&self.root, &self.dir] {
+            if tightenable(d) {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(DIR_MODE))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Start-up check: the state dir and `threads/` each get a warning when others may read or
+    /// write them (and are tightened at once when they are ours); documents too loose get one
+    /// warning for all, from a sample of the first `PERMISSION_SAMPLE` (start-up stays fast
+    /// whatever the thread count; every save writes its file 0600 anyway). Returns the warnings.
+    pub fn check_permissions(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for dir in [&self.root, &self.dir] {
+            let Ok(meta) = std::fs::metadata(dir) else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o7777;
+            if mode & 0o077 == 0 {
+                continue;
+            }
+            let fix = if tightenable(dir) {
+                match std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE)) {
+                    Ok(()) => format!("tightened to {DIR_MODE:04o}"),
+                    Err(e) => format!("cannot tighten it to {DIR_MODE:04o}: {e}"),
+                }
+            } else {
+                format!("not ours or shared, left as is; expected {DIR_MODE:04o}")
+            };
+            warnings.push(format!(
+                "state dir {} is mode {mode:04o}, open to other users ({fix})",
+                dir.display()
+            ));
+        }
+        let loose: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flat_map(|entries| entries.flatten().take(PERMISSION_SAMPLE))
+            .filter(|e| {
+                e.metadata()
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o077 != 0)
+            })
+            .map(|e| e.path())
+            .collect();
+        if let Some(first) = loose.first() {
+            warnings.push(format!(
+                "{} state file(s) open to other users, e.g. {} (expected {FILE_MODE:04o}; \
+                 each is rewritten {FILE_MODE:04o} at its next save; chmod 600 them to fix now)",
+                loose.len(),
+                first.display()
+            ));
+        }
+        for w in &warnings {
+            log::warn!("{w}");
+        }
+        warnings
+    }
+}
+
+/// How many documents the start-up permission check looks at.
+const PERMISSION_SAMPLE: usize = 100;
+
+/// A directory we may chmod: ours, and not a shared sticky one such as /tmp (a `--state-dir /tmp`
+/// must not lock every other user out of it).
+fn tightenable(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).is_ok_and(|m| {
+        // SAFETY: geteuid(2) has no failure mode.
+        m.is_dir() && m.uid() == unsafe { libc::geteuid() } && m.mode() & 0o1000 == 0
+    })
 }
 
 fn unavailable() -> Error {
@@ -357,6 +453,36 @@ mod tests {
             store.load("other").unwrap_err().code,
             Code::StateUnavailable
         );
+    }
+
+    #[test]
+    fn state_dirs_are_0700_and_files_0600_and_loose_ones_are_reported() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tmp("perms");
+        let store = Store::new(dir.clone());
+        assert!(store.check_permissions().is_empty(), "nothing there yet");
+        store.save(&ThreadDoc::new("t", "/w", None)).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("threads")), 0o700);
+        assert_eq!(mode(&store.path_of("t")), 0o600);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(store.path_of("t"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        let warnings = store.check_permissions();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("0755") && warnings[0].contains("tightened"));
+        assert!(
+            warnings[1].starts_with("1 state file(s)"),
+            "{}",
+            warnings[1]
+        );
+        assert_eq!(mode(&dir), 0o700);
+        // A save re-applies the modes: the replaced file is owner-only again.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        store.save(&ThreadDoc::new("t", "/w", None)).unwrap();
+        assert_eq!((mode(&dir), mode(&store.path_of("t"))), (0o700, 0o600));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

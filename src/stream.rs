@@ -161,7 +161,11 @@ impl SseStream {
             let json = serde_json::to_vec(ev).unwrap_or_default();
             sse::push_data_frame(&mut body, &json);
         }
-        self.write_chunk(&body)
+        let ok = self.write_chunk(&body);
+        if ok {
+            crate::metrics::events_sent(events.len());
+        }
+        ok
     }
 
     fn frame_into(&self, frame: &mut Vec<u8>, body: &[u8]) {
@@ -234,6 +238,7 @@ impl SseStream {
             inner.backlog = frame;
             inner.stalled_since = Some(Instant::now());
             inner.last_write = Instant::now();
+            crate::metrics::heartbeat_sent();
             self.drain(&mut inner)
         } else {
             true
@@ -363,10 +368,13 @@ impl SseStream {
         if self.chunked {
             frame.extend_from_slice(b"0\r\n\r\n");
         }
-        let _ = out
+        let written = out
             .write_all(backlog)
             .and_then(|_| out.write_all(frame))
             .and_then(|_| out.flush());
+        if written.is_ok() {
+            crate::metrics::events_sent(events.len());
+        }
         if let Some(s) = &self.socket {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }

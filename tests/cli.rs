@@ -4,6 +4,9 @@
 mod common;
 
 use common::*;
+use fake_kernel::FakeKernel;
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -123,7 +126,16 @@ fn alive(pid: u32) -> bool {
 }
 
 fn start_managed(name: &str) -> (std::process::Child, String, PathBuf, String) {
+    start_managed_with(name, &[])
+}
+
+fn start_managed_with(
+    name: &str,
+    extra: &[&str],
+) -> (std::process::Child, String, PathBuf, String) {
     let root = temp_dir(name);
+    // No LLM settings anywhere: the start-up warning must say so.
+    let config_dir = root.join("config");
     let log = root.join("log");
     let port = free_port();
     let child = Command::new(BIN)
@@ -134,7 +146,10 @@ fn start_managed(name: &str) -> (std::process::Child, String, PathBuf, String) {
             root.join("state").to_str().unwrap(),
         ])
         .args(["--a2a-command", fake_kernel_bin().to_str().unwrap()])
+        .args(extra)
         .env("IAC_CODE_AGUI_ALLOWED_CWDS", root.to_str().unwrap())
+        .env("IAC_CODE_CONFIG_DIR", &config_dir)
+        .env_remove("IAC_CODE_API_KEY")
         .stderr(std::fs::File::create(&log).unwrap())
         .stdout(Stdio::null())
         .spawn()
@@ -188,8 +203,315 @@ fn a_crashed_kernel_is_restarted() {
         post_run(&url, &body, &[]).last()["outcome"]["type"],
         "success"
     );
+    let (_, text) = metrics(&url, None);
+    assert_eq!(sample(&text, "iac_code_agui_kernel_restarts_total"), 1.0);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[test]
+fn a_managed_start_logs_the_kernel_and_warns_about_missing_llm_settings() {
+    let (mut child, _url, log, _) = start_managed("startlog");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let kernel = text
+        .lines()
+        .find(|l| l.contains("A2A kernel: managed `"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(kernel.contains("on 127.0.0.1:"), "{kernel}");
+    let warn = text
+        .lines()
+        .find(|l| l.contains("no LLM configuration"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(warn.contains("WARN"), "{warn}");
+    for var in [
+        "IAC_CODE_API_KEY",
+        "IAC_CODE_PROVIDER",
+        "IAC_CODE_MODEL",
+        "settings.yml",
+    ] {
+        assert!(warn.contains(var), "{var} in {warn}");
+    }
+}
+
+#[test]
+fn json_logs_stay_json_with_a_managed_kernel_whose_output_is_relogged() {
+    let (mut child, _url, log, _) = start_managed_with("jsonkernel", &["--log-format", "json"]);
+    let read = || std::fs::read_to_string(&log).unwrap();
+    // The kernel's lines come through a thread of their own: wait for its first.
+    assert!(eventually(5, || read().contains("\"target\":\"kernel\"")));
+    let text = read();
+    let _ = child.kill();
+    let _ = child.wait();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["target"] == "kernel"
+            && l["message"].as_str().unwrap_or("").contains("listening on")),
+        "{text}"
+    );
+}
+
+#[test]
+fn start_up_logs_the_listen_address_kernel_roots_and_state_dir() {
+    let k = FakeKernel::start();
+    let a = Adapter::start(&k.url);
+    let logs = a.logs();
+    let roots = format!(
+        "allowed workspace roots: {} (from IAC_CODE_AGUI_ALLOWED_CWDS)",
+        a.workspace.parent().unwrap().display()
+    );
+    for line in [
+        format!("listening on http://127.0.0.1:{}", a.port()),
+        format!("A2A kernel: external at {}/", k.url.trim_end_matches('/')),
+        roots,
+        format!("state dir: {}", a.state_dir.display()),
+    ] {
+        assert_eq!(
+            logs.lines()
+                .filter(|l| l.contains(" INFO ") && l.contains(&line))
+                .count(),
+            1,
+            "{line} in\n{logs}"
+        );
+    }
+    assert!(
+        !logs.contains("no LLM configuration"),
+        "only for a managed kernel"
+    );
+}
+
+#[test]
+fn a_cwd_outside_the_roots_is_refused_naming_the_variable_and_the_roots() {
+    let k = FakeKernel::start();
+    let a = Adapter::start(&k.url);
+    let mut body = a.request("t-cwd", "r1", "hi");
+    body["forwardedProps"]["iacCode"]["cwd"] = "/".into();
+    let r = a.run(&body);
+    let message = r.json["error"]["message"].as_str().unwrap_or("");
+    assert_eq!(r.status, 400);
+    assert!(message.contains("IAC_CODE_AGUI_ALLOWED_CWDS"), "{message}");
+    let root = a.workspace.parent().unwrap().display().to_string();
+    assert!(message.contains(&root), "{message}");
+}
+
+#[test]
+fn yaml_auth_token_protects_the_endpoint_and_metrics() {
+    // The kernel refuses calls without the YAML a2a-token.
+    let k = FakeKernel::with_token("up-secret");
+    let dir = temp_dir("yaml-token");
+    let file = dir.join("agui.yaml");
+    std::fs::write(
+        &file,
+        "auth-token: yaml-secret-1\na2a-token: up-secret\ndebug: true\n",
+    )
+    .unwrap();
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            args: vec!["--config".into(), file.to_string_lossy().into_owned()],
+            ..Default::default()
+        },
+    );
+    let body = a.request("t-yaml", "r1", "hi");
+    let refused = post_run(&a.url, &body, &[("Authorization", "Bearer wrong-secret-2")]);
+    assert_eq!(refused.status, 401);
+    let ok = post_run(&a.url, &body, &[("Authorization", "Bearer yaml-secret-1")]);
+    assert_eq!(ok.last()["type"], "RUN_FINISHED");
+    assert_eq!(metrics(&a.url, None).0, 401);
+    let (status, text) = metrics(&a.url, Some("yaml-secret-1"));
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("iac_code_agui_runs_total{outcome=\"success\"} 1"),
+        "{text}"
+    );
+    let sent = k.calls("SendStreamingMessage");
+    assert_eq!(sent[0]["headers"]["authorization"], "Bearer up-secret");
+}
+
+#[test]
+fn a_rejected_request_is_one_info_line_without_secrets() {
+    let k = FakeKernel::start();
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            auth_token: Some("the-real-token".into()),
+            ..Default::default()
+        },
+    );
+    let body = a.request("t-rej", "r1", "hi");
+    let url = format!("{}/?key=query-secret-3", a.url);
+    let r = agent()
+        .post(&url)
+        .header("Content-Type", "application/json")
+        .header("Authorization", "Bearer presented-secret-4")
+        .send(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(eventually(5, || a.logs().contains("rejected POST")));
+    let logs = a.logs();
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("rejected ")).collect();
+    assert_eq!(lines.len(), 1, "{logs}");
+    assert!(
+        lines[0].contains(" INFO ") && lines[0].contains("rejected POST / -> 401 "),
+        "{}",
+        lines[0]
+    );
+    for secret in ["presented-secret-4", "the-real-token", "query-secret-3"] {
+        assert!(!logs.contains(secret), "{secret} logged:\n{logs}");
+    }
+}
+
+/// `GET /metrics` with an optional bearer token: status and body.
+fn metrics(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut req = agent().get(format!("{url}/metrics"));
+    if let Some(t) = token {
+        req = req.header("Authorization", format!("Bearer {t}"));
+    }
+    let resp = req.call().unwrap();
+    let status = resp.status().as_u16();
+    (
+        status,
+        resp.into_body().read_to_string().unwrap_or_default(),
+    )
+}
+
+/// The value of one sample line (`name{labels} value`) of an exposition.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{series} in\n{text}"))
+}
+
+#[test]
+fn metrics_count_runs_events_errors_and_latencies_after_runs() {
+    let k = FakeKernel::start();
+    let a = Adapter::start(&k.url);
+    assert_eq!(
+        a.run(&a.request("t-m1", "r1", "hi")).last()["type"],
+        "RUN_FINISHED"
+    );
+    let failed = a.run(&a.request("t-m2", "r1", "scenario:die"));
+    let code = failed.error_code().to_string();
+    let (status, text) = metrics(&a.url, None);
+    assert_eq!(status, 200);
+    assert_eq!(
+        sample(&text, "iac_code_agui_runs_total{outcome=\"success\"}"),
+        1.0
+    );
+    assert_eq!(
+        sample(&text, "iac_code_agui_runs_total{outcome=\"error\"}"),
+        1.0
+    );
+    let series = format!("iac_code_agui_run_errors_total{{code=\"{code}\"}}");
+    assert_eq!(sample(&text, &series), 1.0);
+    assert!(
+        sample(&text, "iac_code_agui_events_sent_total") >= 6.0,
+        "{text}"
+    );
+    assert_eq!(sample(&text, "iac_code_agui_active_runs"), 0.0);
+    assert!(
+        sample(&text, "iac_code_agui_open_connections") >= 1.0,
+        "this request's own"
+    );
+    assert!(sample(&text, "iac_code_agui_upstream_request_seconds_count") >= 2.0);
+    assert!(sample(&text, "iac_code_agui_state_write_seconds_count") >= 2.0);
+    assert_eq!(sample(&text, "iac_code_agui_kernel_restarts_total"), 0.0);
+    // A refusal is counted by status and code.
+    let (s, _) = post_json(&format!("{}/nowhere", a.url), &serde_json::json!({}));
+    assert_eq!(s, 404);
+    let (_, text) = metrics(&a.url, None);
+    assert!(
+        text.contains("iac_code_agui_http_rejected_total{status=\"404\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_a_line_with_the_run_ids_as_fields() {
+    let k = FakeKernel::start();
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            args: vec!["--log-format".into(), "json".into()],
+            ..Default::default()
+        },
+    );
+    let r = a.run(&a.request("t-json", "r-json", "hi"));
+    let execution = r.session()["executionId"].as_str().unwrap().to_string();
+    assert!(eventually(5, || a.logs().contains("r-json")));
+    let lines: Vec<Value> = a
+        .logs()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines
+        .iter()
+        .all(|l| l["ts"].is_string() && l["level"].is_string()));
+    let with_ids = lines
+        .iter()
+        .find(|l| l["runId"] == "r-json" && l["executionId"] == execution.as_str())
+        .unwrap_or_else(|| panic!("no line with the run's ids: {lines:?}"));
+    assert_eq!(with_ids["threadId"], "t-json");
+    assert!(lines.iter().any(|l| l["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("listening on"))
+        && l.get("runId").is_none()));
+}
+
+#[test]
+fn the_state_dir_is_owner_only_and_a_loose_one_is_reported_at_start_up() {
+    let k = FakeKernel::start();
+    let state = temp_dir("perm").join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            state_dir: Some(state.clone()),
+            ..Default::default()
+        },
+    );
+    let logs = a.logs();
+    let warn = logs
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("mode 0755"))
+        .unwrap_or_else(|| panic!("{logs}"));
+    assert!(warn.contains(&state.display().to_string()), "{warn}");
+    a.run(&a.request("t-perm", "r1", "hi"));
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&state), 0o700);
+    assert_eq!(mode(&state.join("threads")), 0o700);
+    assert_eq!(mode(&state.join("threads/t-perm.json")), 0o600);
+}
+
+#[test]
+fn reference_flags_and_urls_are_accepted() {
+    let k = FakeKernel::start();
+    let mapped = k.url.replace("127.0.0.1", "[::ffff:127.0.0.1]");
+    let a = Adapter::start_with(
+        &mapped,
+        Options {
+            args: vec!["-d".into(), "--no-log-stdout".into()],
+            ..Default::default()
+        },
+    );
+    assert!(a
+        .logs()
+        .contains("A2A kernel: external at http://[::ffff:127.0.0.1]:"));
+    assert_eq!(
+        a.run(&a.request("t-ref", "r1", "hi")).last()["type"],
+        "RUN_FINISHED"
+    );
+    let (code, text) = output(&["--a2a-url", "https://127.0.0.1:1"]);
+    assert_eq!(code, 2);
+    assert!(
+        text.contains("no TLS client") && text.contains("use http://"),
+        "{text}"
+    );
 }
 
 extern "C" {

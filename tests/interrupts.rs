@@ -108,6 +108,12 @@ fn questions_and_selections_get_their_own_schemas() {
 
 #[test]
 fn an_interrupt_that_cannot_be_persisted_is_never_announced_and_its_task_is_cancelled() {
+    if !can_inject(
+        Fault::Immutable,
+        "an_interrupt_that_cannot_be_persisted_is_never_announced_and_its_task_is_cancelled",
+    ) {
+        return;
+    }
     let k = FakeKernel::start();
     let a = Adapter::start(&k.url);
     let threads = a.state_dir.join("threads");

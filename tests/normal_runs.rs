@@ -492,6 +492,12 @@ fn a_reused_run_id_is_duplicate_for_the_same_request_and_conflict_otherwise() {
 
 #[test]
 fn an_unwritable_state_dir_fails_closed_before_the_stream() {
+    if !can_inject(
+        Fault::Immutable,
+        "an_unwritable_state_dir_fails_closed_before_the_stream",
+    ) {
+        return;
+    }
     let k = FakeKernel::start();
     let root = temp_dir("ro-state");
     let _ro = Immutable::new(&root.join("threads"));

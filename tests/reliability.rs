@@ -170,6 +170,12 @@ impl Drop for Tmpfs {
 
 #[test]
 fn a_full_disk_fails_closed_and_cancels_the_task() {
+    if !can_inject(
+        Fault::Tmpfs,
+        "a_full_disk_fails_closed_and_cancels_the_task",
+    ) {
+        return;
+    }
     let k = FakeKernel::start();
     let state = temp_dir("full").join("state");
     let disk = Tmpfs::new(&state, "256k");

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -20,15 +20,121 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A fresh directory under this test process's own root, `$TMPDIR/agui-it-<pid>/`, which is
+/// removed when the process exits (pass or fail); roots left by killed runs (their pid gone) are
+/// removed by the next run.
 pub fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "agui-it-{name}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = run_root().join(format!("{name}-{n}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+const ROOT_PREFIX: &str = "agui-it-";
+
+fn run_root() -> &'static Path {
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        remove_stale_roots();
+        let root = std::env::temp_dir().join(format!("{ROOT_PREFIX}{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        // SAFETY: registers a plain extern "C" function; libtest's main returns (or calls
+        // exit) when the tests are done, which runs it.
+        unsafe { libc::atexit(remove_run_root) };
+        root
+    })
+}
+
+extern "C" fn remove_run_root() {
+    let root = std::env::temp_dir().join(format!("{ROOT_PREFIX}{}", std::process::id()));
+    if std::env::var_os("AGUI_KEEP_TEST_DIRS").is_none() {
+        let _ = std::fs::remove_dir_all(root);
+    }
+}
+
+/// `agui-it-<pid>` roots whose process is gone (a killed or crashed earlier run).
+fn remove_stale_roots() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten().take(100_000) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(ROOT_PREFIX) else {
+            continue;
+        };
+        // `agui-it-<pid>`, or the older per-test `agui-it-<name>-<pid>-<port>`.
+        let pid = match rest.rsplitn(3, '-').collect::<Vec<_>>()[..] {
+            [_port, pid, _name] => pid,
+            _ => rest,
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Fault injection that needs privileges: `chattr +i` (CAP_LINUX_IMMUTABLE) or a tmpfs mount
+/// (CAP_SYS_ADMIN).
+#[derive(Clone, Copy, Debug)]
+pub enum Fault {
+    Immutable,
+    Tmpfs,
+}
+
+/// Whether `fault` can be injected here (probed once). Where it cannot, the test is skipped with
+/// one line on stderr, except under `CI=true`, where it must run: there it fails loudly.
+pub fn can_inject(fault: Fault, test: &str) -> bool {
+    static PROBES: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    let (immutable, tmpfs) = *PROBES.get_or_init(|| (probe_immutable(), probe_tmpfs()));
+    let ok = match fault {
+        Fault::Immutable => immutable,
+        Fault::Tmpfs => tmpfs,
+    };
+    if ok || std::env::var("CI").is_ok_and(|v| v == "true") {
+        return true;
+    }
+    // Straight to stderr, not `eprintln!`: libtest captures the macros' output of passing tests,
+    // and this line must be seen.
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped {test}: it needs root for {} (set CI=true to make it required)",
+        match fault {
+            Fault::Immutable => "`chattr +i` (CAP_LINUX_IMMUTABLE)",
+            Fault::Tmpfs => "a tmpfs mount (CAP_SYS_ADMIN)",
+        }
+    );
+    false
+}
+
+fn probe_immutable() -> bool {
+    let dir = temp_dir("probe-chattr");
+    let run = |flag: &str| {
+        Command::new("chattr")
+            .arg(flag)
+            .arg(&dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let ok = run("+i");
+    run("-i");
+    ok
+}
+
+fn probe_tmpfs() -> bool {
+    let dir = temp_dir("probe-tmpfs");
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        let _ = Command::new("umount").arg(&dir).status();
+    }
+    ok
 }
 
 /// The adapter under test, killed when dropped.
@@ -444,7 +550,7 @@ pub fn read_tree(dir: &Path) -> String {
 }
 
 /// Makes `dir` refuse new files even for root (`chattr +i`), until the guard is dropped. Needs
-/// CAP_LINUX_IMMUTABLE, which the CI machine has; without it the test fails loudly.
+/// CAP_LINUX_IMMUTABLE: tests check [`can_inject`] first.
 pub struct Immutable(PathBuf);
 
 impl Immutable {
