@@ -10,8 +10,46 @@ use crate::sse::EventReader;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
+/// What a `SendStreamingMessage` starts.
+pub(crate) enum Turn<'a> {
+    /// A new turn in the thread's context (`metadata.iac_code.run_mode` is set).
+    New,
+    /// An answer on the task waiting for input; `extra` keys join `metadata.iac_code`.
+    Answer {
+        task_id: &'a str,
+        extra: Option<Value>,
+    },
+}
+
+/// The A2A `message` of a `SendStreamingMessage`: a `ROLE_USER` message in the thread's context
+/// whose `metadata.iac_code` carries the request's `forwardedProps.iacCode`.
+pub(crate) fn user_message(
+    message_id: &str,
+    parts: Vec<Value>,
+    context_id: &str,
+    iac: &IacCode,
+    lang: Option<&str>,
+    turn: Turn,
+) -> Value {
+    let mut meta = iac_code_metadata(iac, lang, &turn);
+    let mut message = json!({
+        "messageId": message_id,
+        "role": "ROLE_USER",
+        "parts": parts,
+        "contextId": context_id,
+    });
+    if let Turn::Answer { task_id, extra } = turn {
+        if let (Some(m), Some(Value::Object(extra))) = (meta.as_object_mut(), extra) {
+            m.extend(extra);
+        }
+        message["taskId"] = json!(task_id);
+    }
+    message["metadata"] = json!({ "iac_code": meta });
+    message
+}
+
 /// `forwardedProps.iacCode` → `metadata.iac_code`, in one place (names read from the kernel's source).
-pub fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, new_turn: bool) -> Value {
+fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, turn: &Turn) -> Value {
     let mut m = Map::new();
     let mut put = |k: &str, v: Option<Value>| {
         if let Some(v) = v {
@@ -52,7 +90,7 @@ pub fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, new_turn: bool) -> V
             .as_deref()
             .map(|p| json!(if p == "rich" { "rich-v1" } else { p })),
     );
-    if new_turn {
+    if matches!(turn, Turn::New) {
         put(
             "run_mode",
             Some(json!(iac.run_mode.as_deref().unwrap_or("normal"))),
@@ -446,7 +484,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let m = iac_code_metadata(&iac, Some("en"), true);
+        let m = iac_code_metadata(&iac, Some("en"), &Turn::New);
         assert_eq!(m["iac_code_model"], "m");
         assert_eq!(m["iac_code_api_key"], "k");
         assert_eq!(m["user_id"], "u");
@@ -457,7 +495,11 @@ mod tests {
         assert_eq!(m["thinking"], json!({"enabled": true, "budget": 9}));
         assert_eq!(m["alibaba_cloud_region_id"], "cn");
         assert!(m.get("alibaba_cloud_security_token").is_none());
-        assert!(iac_code_metadata(&iac, None, false)
+        let answer = Turn::Answer {
+            task_id: "t",
+            extra: None,
+        };
+        assert!(iac_code_metadata(&iac, None, &answer)
             .get("run_mode")
             .is_none());
     }

@@ -80,13 +80,41 @@ pub struct Durable {
     pub text_digests: BTreeSet<String>,
 }
 
-/// How the A2A task ended this run.
+/// How a run ends, the one type for it: [`Projection::on_item`] reports the A2A task's end, the run
+/// persists what must be durable, and [`Projection::finish`] writes the end it was handed.
+///
+/// An interrupt's list changes form on the way: `on_item` reports the kernel's input waits (reduced
+/// envelopes, see [`interrupts::inputs_of`]); `finish` takes the AG-UI interrupt objects the run
+/// announces ([`End::announced`] converts one into the other).
 #[derive(Debug, Clone, PartialEq)]
 pub enum End {
     Success,
-    /// Input waits (reduced envelopes, see [`interrupts::inputs_of`]).
     Interrupt(Vec<Value>),
     Failed(Error),
+}
+
+impl End {
+    /// The error code a failed run ends with.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            End::Failed(e) => Some(e.code),
+            _ => None,
+        }
+    }
+
+    /// The end as announced to the client: input waits become AG-UI interrupts that expire at
+    /// `expires_at`, with texts in `lang`.
+    pub fn announced(self, expires_at: &str, lang: Lang) -> End {
+        match self {
+            End::Interrupt(inputs) => End::Interrupt(
+                inputs
+                    .iter()
+                    .map(|i| interrupts::to_interrupt(i, expires_at, lang))
+                    .collect(),
+            ),
+            end => end,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -872,7 +900,7 @@ impl Projection {
     // ---- the end --------------------------------------------------------------------------
 
     /// Closes every open span, then `RUN_FINISHED` (success or interrupt) or `RUN_ERROR`.
-    pub fn finish(&mut self, end: &FinishAs, out: &mut Vec<Value>) {
+    pub fn finish(&mut self, end: &End, out: &mut Vec<Value>) {
         self.close_reasoning(out);
         for id in std::mem::take(&mut self.open_tools) {
             if let Some(t) = self.tools.get_mut(&id) {
@@ -887,19 +915,19 @@ impl Projection {
         for key in std::mem::take(&mut self.open_steps).into_iter().rev() {
             out.push(self.event("STEP_FINISHED", json!({"stepName": key})));
         }
-        if !matches!(end, FinishAs::Interrupt(_)) {
+        if !matches!(end, End::Interrupt(_)) {
             // Only an interrupt keeps pipeline steps alive for the next run.
             self.durable.open_steps.clear();
         }
         let mut fields = json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id});
         match end {
-            FinishAs::Success => {
+            End::Success => {
                 fields["outcome"] = json!({"type": "success"});
             }
-            FinishAs::Interrupt(list) => {
+            End::Interrupt(list) => {
                 fields["outcome"] = json!({"type": "interrupt", "interrupts": list});
             }
-            FinishAs::Error(e) => {
+            End::Failed(e) => {
                 let mut f = json!({"message": e.message(self.lang), "code": e.code.as_str()});
                 if let Some(u) = self.usage_list() {
                     f["usage"] = u;
@@ -912,24 +940,6 @@ impl Projection {
             fields["usage"] = u;
         }
         out.push(self.event("RUN_FINISHED", fields));
-    }
-}
-
-/// How a run ends on the AG-UI side.
-#[derive(Debug, Clone)]
-pub enum FinishAs {
-    Success,
-    /// AG-UI interrupt objects, already persisted.
-    Interrupt(Vec<Value>),
-    Error(Error),
-}
-
-impl FinishAs {
-    pub fn code(&self) -> Option<Code> {
-        match self {
-            FinishAs::Error(e) => Some(e.code),
-            _ => None,
-        }
     }
 }
 
@@ -1173,7 +1183,7 @@ mod tests {
             panic!("{end:?}")
         };
         assert_eq!(e.code, Code::A2aExecutionFailed);
-        p.finish(&FinishAs::Error(e), &mut out);
+        p.finish(&End::Failed(e), &mut out);
         let t = types(&out);
         assert_eq!(
             &t[t.len() - 3..],
@@ -1207,7 +1217,7 @@ mod tests {
             .on_item(&status(json!({}), "TASK_STATE_INPUT_REQUIRED"), &mut out)
             .unwrap();
         assert_eq!(end, Some(End::Success));
-        p.finish(&FinishAs::Success, &mut out);
+        p.finish(&End::Success, &mut out);
         let contents: Vec<_> = out
             .iter()
             .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
@@ -1359,7 +1369,7 @@ mod tests {
             steps,
             vec![json!("candidate:c1:plan"), json!("candidate:c2:plan")]
         );
-        p.finish(&FinishAs::Interrupt(vec![json!({"id": "i"})]), &mut out);
+        p.finish(&End::Interrupt(vec![json!({"id": "i"})]), &mut out);
         assert_balanced(&out);
         assert_eq!(p.durable().open_steps.len(), 2);
     }
@@ -1391,7 +1401,7 @@ mod tests {
             &mut out,
         )
         .unwrap();
-        p.finish(&FinishAs::Success, &mut out);
+        p.finish(&End::Success, &mut out);
         assert_balanced(&out);
         assert!(p.durable().open_steps.is_empty());
     }
