@@ -25,7 +25,7 @@ pub(crate) enum Turn<'a> {
 /// whose `metadata.iac_code` carries the request's `forwardedProps.iacCode`.
 pub(crate) fn user_message(
     message_id: &str,
-    parts: Vec<Value>,
+    parts: &[Value],
     context_id: &str,
     iac: &IacCode,
     lang: Option<&str>,
@@ -502,6 +502,34 @@ mod tests {
         assert!(iac_code_metadata(&iac, None, &answer)
             .get("run_mode")
             .is_none());
+    }
+
+    #[test]
+    fn a_new_turn_and_an_answer_are_one_message_shape_and_only_the_answer_names_the_task() {
+        let iac = IacCode {
+            cwd: "/w".into(),
+            ros_invocation_id: "inv".into(),
+            ..Default::default()
+        };
+        let parts = [json!({"text": "hi"})];
+        let turn = user_message("m1", &parts, "ctx", &iac, Some("en"), Turn::New);
+        assert_eq!(
+            turn,
+            json!({"messageId": "m1", "role": "ROLE_USER", "parts": parts, "contextId": "ctx",
+                   "metadata": {"iac_code": iac_code_metadata(&iac, Some("en"), &Turn::New)}})
+        );
+        let answer = Turn::Answer {
+            task_id: "task-1",
+            extra: Some(json!({"inputResponse": {"value": "v"}})),
+        };
+        let m = user_message("m2", &parts, "ctx", &iac, Some("en"), answer);
+        assert_eq!(m["taskId"], "task-1");
+        assert_eq!(
+            m["metadata"]["iac_code"]["inputResponse"],
+            json!({"value": "v"})
+        );
+        assert_eq!(m["metadata"]["iac_code"]["cwd"], "/w");
+        assert!(m["metadata"]["iac_code"].get("run_mode").is_none());
     }
 
     #[test]

@@ -514,7 +514,7 @@ fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted) {
         }
     };
     app.heartbeats.register(&stream);
-    run::drive(app.clone(), admitted, stream);
+    run::drive(app, admitted, &stream);
 }
 
 /// Constant-time comparison of the presented bearer token. The scheme name is case-insensitive

@@ -1,11 +1,11 @@
 //! The life of one run on its own OS thread, from `RUN_STARTED` to the end of the stream.
 //!
-//! Admission ([`admit`], `admit.rs`) checks a request against its thread and marks the thread busy.
-//! The run ([`drive`]) then owns the thread's document until it ends: it streams the A2A task
+//! Admission (`admit`, in `admit.rs`) checks a request against its thread and marks the thread busy.
+//! The run (`drive`) then owns the thread's document until it ends: it streams the A2A task
 //! through the [`Projection`], persists what a restart needs before announcing it (fail closed),
 //! and always closes the stream with `RUN_FINISHED` or `RUN_ERROR`, even when it panics.
 //!
-//! This file is the run's life: one sequence ([`Run::drive`]) and one function per phase. The
+//! This file is the run's life: one sequence (`Run::drive`) and one function per phase. The
 //! phases that need more room have their own files: `resume.rs` (answers to interrupts),
 //! `repair.rs` (the execution a killed adapter left running); `cancel.rs` is the cancel extension,
 //! `shutdown.rs` ends every run on SIGTERM.
@@ -37,7 +37,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Runs an admitted request to its end on the calling thread, writing to `stream`.
-pub(crate) fn drive(app: Arc<App>, admitted: Admitted, stream: Arc<SseStream>) {
+pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     let ids = run_ids(&admitted);
     let lang = admitted.lang;
     let live = Arc::new(LiveRun {
@@ -48,11 +48,11 @@ pub(crate) fn drive(app: Arc<App>, admitted: Admitted, stream: Arc<SseStream>) {
     });
     app.runs.register(&live);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let (run, mode) = Run::new(&app, admitted, stream.clone(), live.clone());
+        let (run, mode) = Run::new(app, admitted, stream.clone(), live.clone());
         run.drive(mode);
     }));
     if outcome.is_err() {
-        end_after_panic(ids, lang, &stream);
+        end_after_panic(ids, lang, stream);
     }
 }
 
@@ -156,9 +156,9 @@ impl<'a> Run<'a> {
         self.proj.start(&mut self.out);
         self.flush();
         let end = match mode {
-            Mode::NewTurn(message) => self.new_turn(message),
+            Mode::NewTurn(message) => self.new_turn(&message),
             Mode::RepairThenNewTurn { next, message } => match self.repair(next) {
-                Ok(()) => self.new_turn(message),
+                Ok(()) => self.new_turn(&message),
                 Err(e) => End::Failed(e),
             },
             Mode::Resume(entries) => self.resume(&entries),
@@ -183,13 +183,13 @@ impl<'a> Run<'a> {
     }
 
     /// Sends the user's message and reads the task to its next end.
-    fn new_turn(&mut self, message: UserMessage) -> End {
+    fn new_turn(&mut self, message: &UserMessage) -> End {
         if self.app.runs.stopping() {
             return self.terminal(End::Failed(shutting_down()));
         }
         let message = a2a::user_message(
             &message.id,
-            message.parts,
+            &message.parts,
             &self.doc.context_id,
             &self.input.iac,
             Some(&self.lang_tag),

@@ -199,7 +199,7 @@ impl Run<'_> {
                 task_id,
                 extra: extra_metadata,
             };
-            let (mut upstream, first) = match self.send_answer(&entry, parts, turn) {
+            let (mut upstream, first) = match self.send_answer(&entry, &parts, turn) {
                 Continue(accepted) => accepted,
                 Break(end) => return end,
             };
@@ -219,7 +219,7 @@ impl Run<'_> {
     fn send_answer(
         &mut self,
         entry: &ResumeEntry,
-        parts: Vec<Value>,
+        parts: &[Value],
         turn: Turn,
     ) -> ControlFlow<End, (A2aStream, Value)> {
         let message = a2a::user_message(
