@@ -38,7 +38,7 @@ pub(crate) struct LiveRun {
 
 impl Runs {
     /// Whether the adapter is shutting down (new runs are refused, running ones end).
-    pub fn stopping(&self) -> bool {
+    pub(crate) fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
 

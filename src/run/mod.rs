@@ -85,6 +85,13 @@ fn end_after_panic(ids: RunIds, lang: Lang, stream: &SseStream) {
     stream.finish();
 }
 
+/// When a projected item's events go to the client.
+enum Write {
+    Now,
+    /// With the next item's, which is already buffered upstream.
+    WithNextItem,
+}
+
 /// One run on its thread, with everything it owns until it ends.
 struct Run<'a> {
     app: &'a App,
@@ -222,15 +229,20 @@ impl<'a> Run<'a> {
             };
             // Items already buffered upstream go out in one write with this one: fewer
             // syscalls under load, and no added latency (we flush before we would block).
-            if let Some(end) = self.project(&item, upstream.has_buffered()) {
+            let write = if upstream.has_buffered() {
+                Write::WithNextItem
+            } else {
+                Write::Now
+            };
+            if let Some(end) = self.project(&item, write) {
                 return end;
             }
         }
     }
 
-    /// Projects one item, persisting newly learned identities first; the events wait for the
-    /// next item when `more` says one is already buffered. `Some` ends the pump.
-    fn project(&mut self, item: &Value, more: bool) -> Option<End> {
+    /// Projects one item, persisting newly learned identities first, and writes its events when
+    /// `write` says so (an end is written at once). `Some` ends the pump.
+    fn project(&mut self, item: &Value, write: Write) -> Option<End> {
         let end = match self.proj.on_item(item, &mut self.out) {
             Ok(end) => end,
             Err(e) => return Some(self.abandon(e)),
@@ -238,7 +250,8 @@ impl<'a> Run<'a> {
         if let Err(e) = self.learn_identities() {
             return Some(self.abandon(e));
         }
-        if (!more || end.is_some()) && !self.flush() {
+        let now = matches!(write, Write::Now) || end.is_some();
+        if now && !self.flush() {
             log::info!(
                 "client of run {} went away; cancelling its task",
                 self.input.run_id

@@ -10,7 +10,7 @@
 //! 5. [`send_answers`](Run::send_answers): one by one, each leaving `pending` only once the kernel
 //!    accepted it.
 
-use super::{lost, Run};
+use super::{lost, Run, Write};
 use crate::a2a::{self, A2aStream, Turn};
 use crate::error::{Code, Error};
 use crate::ids;
@@ -203,7 +203,7 @@ impl Run<'_> {
                 Continue(accepted) => accepted,
                 Break(end) => return end,
             };
-            if let Some(end) = self.project(&first, false) {
+            if let Some(end) = self.project(&first, Write::Now) {
                 return self.conclude(end);
             }
             if i == last {
