@@ -10,8 +10,46 @@ use crate::sse::EventReader;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
+/// What a `SendStreamingMessage` starts.
+pub(crate) enum Turn<'a> {
+    /// A new turn in the thread's context (`metadata.iac_code.run_mode` is set).
+    New,
+    /// An answer on the task waiting for input; `extra` keys join `metadata.iac_code`.
+    Answer {
+        task_id: &'a str,
+        extra: Option<Value>,
+    },
+}
+
+/// The A2A `message` of a `SendStreamingMessage`: a `ROLE_USER` message in the thread's context
+/// whose `metadata.iac_code` carries the request's `forwardedProps.iacCode`.
+pub(crate) fn user_message(
+    message_id: &str,
+    parts: &[Value],
+    context_id: &str,
+    iac: &IacCode,
+    lang: Option<&str>,
+    turn: Turn,
+) -> Value {
+    let mut meta = iac_code_metadata(iac, lang, &turn);
+    let mut message = json!({
+        "messageId": message_id,
+        "role": "ROLE_USER",
+        "parts": parts,
+        "contextId": context_id,
+    });
+    if let Turn::Answer { task_id, extra } = turn {
+        if let (Some(m), Some(Value::Object(extra))) = (meta.as_object_mut(), extra) {
+            m.extend(extra);
+        }
+        message["taskId"] = json!(task_id);
+    }
+    message["metadata"] = json!({ "iac_code": meta });
+    message
+}
+
 /// `forwardedProps.iacCode` → `metadata.iac_code`, in one place (names read from the kernel's source).
-pub fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, new_turn: bool) -> Value {
+fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, turn: &Turn) -> Value {
     let mut m = Map::new();
     let mut put = |k: &str, v: Option<Value>| {
         if let Some(v) = v {
@@ -52,7 +90,7 @@ pub fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, new_turn: bool) -> V
             .as_deref()
             .map(|p| json!(if p == "rich" { "rich-v1" } else { p })),
     );
-    if new_turn {
+    if matches!(turn, Turn::New) {
         put(
             "run_mode",
             Some(json!(iac.run_mode.as_deref().unwrap_or("normal"))),
@@ -451,7 +489,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let m = iac_code_metadata(&iac, Some("en"), true);
+        let m = iac_code_metadata(&iac, Some("en"), &Turn::New);
         assert_eq!(m["iac_code_model"], "m");
         assert_eq!(m["iac_code_api_key"], "k");
         assert_eq!(m["user_id"], "u");
@@ -462,9 +500,41 @@ mod tests {
         assert_eq!(m["thinking"], json!({"enabled": true, "budget": 9}));
         assert_eq!(m["alibaba_cloud_region_id"], "cn");
         assert!(m.get("alibaba_cloud_security_token").is_none());
-        assert!(iac_code_metadata(&iac, None, false)
+        let answer = Turn::Answer {
+            task_id: "t",
+            extra: None,
+        };
+        assert!(iac_code_metadata(&iac, None, &answer)
             .get("run_mode")
             .is_none());
+    }
+
+    #[test]
+    fn a_new_turn_and_an_answer_are_one_message_shape_and_only_the_answer_names_the_task() {
+        let iac = IacCode {
+            cwd: "/w".into(),
+            ros_invocation_id: "inv".into(),
+            ..Default::default()
+        };
+        let parts = [json!({"text": "hi"})];
+        let turn = user_message("m1", &parts, "ctx", &iac, Some("en"), Turn::New);
+        assert_eq!(
+            turn,
+            json!({"messageId": "m1", "role": "ROLE_USER", "parts": parts, "contextId": "ctx",
+                   "metadata": {"iac_code": iac_code_metadata(&iac, Some("en"), &Turn::New)}})
+        );
+        let answer = Turn::Answer {
+            task_id: "task-1",
+            extra: Some(json!({"inputResponse": {"value": "v"}})),
+        };
+        let m = user_message("m2", &parts, "ctx", &iac, Some("en"), answer);
+        assert_eq!(m["taskId"], "task-1");
+        assert_eq!(
+            m["metadata"]["iac_code"]["inputResponse"],
+            json!({"value": "v"})
+        );
+        assert_eq!(m["metadata"]["iac_code"]["cwd"], "/w");
+        assert!(m["metadata"]["iac_code"].get("run_mode").is_none());
     }
 
     #[test]

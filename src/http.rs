@@ -5,11 +5,12 @@
 //! ends that one thread, never a shared worker. An admitted run continues on the same thread, which
 //! owns the raw connection for the life of the SSE stream.
 
+use crate::app::App;
 use crate::config::{self, Config};
 use crate::error::{Error, Lang};
 use crate::input::{self, MAX_BODY_BYTES};
 use crate::routing;
-use crate::run::{self, Admitted, App};
+use crate::run::{self, Admitted};
 use crate::stream::SseStream;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -572,7 +573,7 @@ fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted) {
         }
     };
     app.heartbeats.register(&stream);
-    run::run(app.clone(), admitted, stream);
+    run::drive(app, admitted, &stream);
 }
 
 /// Constant-time comparison of the presented bearer token. The scheme name is case-insensitive

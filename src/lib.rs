@@ -13,7 +13,8 @@
 //! | [`config`] | flags, environment, YAML (`--config`) |
 //! | [`http`] | routes, auth, body limits, pre-SSE errors |
 //! | [`input`] | validation of `RunAgentInput` and `forwardedProps.iacCode` |
-//! | [`run`] | admission, the life of a run, resume, the cancel extension |
+//! | [`app`] | what every request shares: configuration, clients, store, runs in progress |
+//! | [`run`] | admission, the life of a run, resume, crash repair, the cancel extension, shutdown |
 //! | `routing` | several pairs: the thread header, unknown threads with history refused |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | [`interrupts`] | input waits as interrupts, resume answers as A2A messages |
@@ -31,7 +32,7 @@
 //!
 //! ```
 //! use iac_code_agui::error::Lang;
-//! use iac_code_agui::projection::{End, FinishAs, Projection, RunIds};
+//! use iac_code_agui::projection::{End, Projection, RunIds};
 //! use serde_json::json;
 //!
 //! let ids = RunIds { thread_id: "t".into(), run_id: "r".into(), context_id: "ctx".into(), ..Default::default() };
@@ -45,13 +46,14 @@
 //! let done = json!({"statusUpdate": {"taskId": "task-1", "contextId": "ctx",
 //!     "status": {"state": "TASK_STATE_INPUT_REQUIRED"}}});
 //! assert_eq!(p.on_item(&done, &mut events).unwrap(), Some(End::Success));
-//! p.finish(&FinishAs::Success, &mut events);
+//! p.finish(&End::Success, &mut events);
 //! let types: Vec<_> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
 //! assert_eq!(types, ["RUN_STARTED", "CUSTOM", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT",
 //!                    "TEXT_MESSAGE_END", "RUN_FINISHED"]);
 //! ```
 
 pub mod a2a;
+pub mod app;
 pub mod config;
 pub mod error;
 pub mod http;

@@ -1,11 +1,12 @@
 //! `iac-code-agui`: parse the configuration, start (or reach) the A2A kernel, serve AG-UI.
 
 use iac_code_agui::a2a::A2aClient;
+use iac_code_agui::app::{App, Runs};
 use iac_code_agui::config::{Command, Config, LogFormat, USAGE};
 use iac_code_agui::http;
 use iac_code_agui::kernel::Kernel;
 use iac_code_agui::logctx;
-use iac_code_agui::run::{self, App, Runs};
+use iac_code_agui::run;
 use iac_code_agui::store::Store;
 use iac_code_agui::stream::Heartbeats;
 use std::io::Write;

@@ -6,7 +6,7 @@
 //! change once per run or refusal, never per event.
 
 use crate::error::Code;
-use crate::projection::FinishAs;
+use crate::projection::End;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -98,11 +98,11 @@ pub static STATE_WRITE_LATENCY: Histogram = Histogram::new(WRITE_BUCKETS);
 static CONNECTIONS: OnceLock<Box<dyn Fn() -> usize + Send + Sync>> = OnceLock::new();
 
 /// A run ended with `finish` (its `RUN_FINISHED` or `RUN_ERROR` is about to be sent).
-pub fn run_ended(finish: &FinishAs) {
+pub fn run_ended(finish: &End) {
     match finish {
-        FinishAs::Success => RUNS_SUCCESS.fetch_add(1, Relaxed),
-        FinishAs::Interrupt(_) => RUNS_INTERRUPT.fetch_add(1, Relaxed),
-        FinishAs::Error(e) => {
+        End::Success => RUNS_SUCCESS.fetch_add(1, Relaxed),
+        End::Interrupt(_) => RUNS_INTERRUPT.fetch_add(1, Relaxed),
+        End::Failed(e) => {
             RUN_ERRORS.add(e.code.as_str(), 0);
             RUNS_ERROR.fetch_add(1, Relaxed)
         }
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn the_exposition_has_every_family_with_help_and_type() {
-        run_ended(&FinishAs::Error(crate::error::Error::cancelled()));
+        run_ended(&End::Failed(crate::error::Error::cancelled()));
         rejected(401, Code::InvalidInput);
         let text = render(3);
         for family in [

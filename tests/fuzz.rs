@@ -7,7 +7,7 @@ mod common;
 use common::Rng;
 use iac_code_agui::error::Lang;
 use iac_code_agui::input::parse_run;
-use iac_code_agui::projection::{FinishAs, Projection, RunIds};
+use iac_code_agui::projection::{End, Projection, RunIds};
 use iac_code_agui::sse::Parser;
 use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
@@ -191,25 +191,25 @@ fn the_projection_never_panics_and_always_closes_its_spans() {
         let mut p = Projection::new(ids, Lang::En).with_clock(|| 0);
         let mut out = vec![];
         p.start(&mut out);
-        let mut finish = FinishAs::Error(iac_code_agui::error::Error::a2a_unavailable("eof"));
+        let mut end = End::Failed(iac_code_agui::error::Error::a2a_unavailable("eof"));
         for _ in 0..rng.below(12) {
             let mut item = seeds[rng.below(seeds.len())].clone();
             for _ in 0..rng.below(3) {
                 mutate(&mut item, &mut rng);
             }
             match p.on_item(&item, &mut out) {
-                Ok(Some(_)) => {
-                    finish = FinishAs::Success;
+                Ok(Some(reported)) => {
+                    end = reported.announced("2026-01-01T00:00:00Z", Lang::En);
                     break;
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    finish = FinishAs::Error(e);
+                    end = End::Failed(e);
                     break;
                 }
             }
         }
-        p.finish(&finish, &mut out);
+        p.finish(&end, &mut out);
         if let Err(e) = check_spans(&out) {
             panic!("{e}: {out:#?}");
         }

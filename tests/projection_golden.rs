@@ -5,8 +5,7 @@ mod common;
 
 use common::{data_lines, without_ids};
 use iac_code_agui::error::Lang;
-use iac_code_agui::interrupts;
-use iac_code_agui::projection::{Durable, End, FinishAs, Projection, RunIds};
+use iac_code_agui::projection::{Durable, End, Projection, RunIds};
 use serde_json::{json, Value};
 
 fn project(
@@ -35,18 +34,11 @@ fn project(
             break;
         }
     }
-    let finish = match &end {
-        Some(End::Success) => FinishAs::Success,
-        Some(End::Interrupt(inputs)) => FinishAs::Interrupt(
-            inputs
-                .iter()
-                .map(|i| interrupts::to_interrupt(i, "2026-01-01T00:00:00Z", Lang::En))
-                .collect(),
-        ),
-        Some(End::Failed(e)) => FinishAs::Error(e.clone()),
-        None => panic!("stream without an end"),
-    };
-    p.finish(&finish, &mut out);
+    let announced = end
+        .clone()
+        .expect("stream without an end")
+        .announced("2026-01-01T00:00:00Z", Lang::En);
+    p.finish(&announced, &mut out);
     (out, end)
 }
 

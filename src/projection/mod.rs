@@ -24,7 +24,7 @@ mod tools;
 mod usage;
 
 pub(crate) use item::normalize_state;
-pub use outcome::{End, FinishAs};
+pub use outcome::End;
 
 use crate::error::{Error, Lang};
 use events::{versioned, Out};
@@ -208,28 +208,28 @@ impl Projection {
     }
 
     /// Closes every open span, then `RUN_FINISHED` (success or interrupt) or `RUN_ERROR`.
-    pub fn finish(&mut self, end: &FinishAs, events: &mut Vec<Value>) {
+    pub fn finish(&mut self, end: &End, events: &mut Vec<Value>) {
         let out = &mut Out::new(events, self.clock);
         self.spans.close_reasoning(out);
         self.tools.end_all(out);
         self.spans.close_messages(out);
         self.steps.close_spans(out);
-        if !matches!(end, FinishAs::Interrupt(_)) {
+        if !matches!(end, End::Interrupt(_)) {
             // Only an interrupt keeps pipeline steps alive for the next run.
             self.steps.forget_running();
         }
         let (kind, mut fields) = match end {
-            FinishAs::Success => (
+            End::Success => (
                 "RUN_FINISHED",
                 json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id,
                        "outcome": {"type": "success"}}),
             ),
-            FinishAs::Interrupt(list) => (
+            End::Interrupt(list) => (
                 "RUN_FINISHED",
                 json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id,
                        "outcome": {"type": "interrupt", "interrupts": list}}),
             ),
-            FinishAs::Error(e) => (
+            End::Failed(e) => (
                 "RUN_ERROR",
                 json!({"message": e.message(self.lang), "code": e.code.as_str()}),
             ),

@@ -1,31 +1,43 @@
-//! How a run ended: [`End`] as the A2A task reported it, [`FinishAs`] as the AG-UI stream closes.
+//! How a run ended: the one [`End`] type shared by the projection, the run and the tests.
 
-use crate::error::{Code, Error};
+use crate::error::{Code, Error, Lang};
+use crate::interrupts;
 use serde_json::Value;
 
-/// How the A2A task ended this run.
+/// How a run ends, the one type for it: [`Projection::on_item`](super::Projection::on_item)
+/// reports the A2A task's end, the run persists what must be durable, and
+/// [`Projection::finish`](super::Projection::finish) writes the end it was handed.
+///
+/// An interrupt's list changes form on the way: `on_item` reports the kernel's input waits (reduced
+/// envelopes, see [`interrupts::inputs_of`]); `finish` takes the AG-UI interrupt objects the run
+/// announces ([`End::announced`] converts one into the other).
 #[derive(Debug, Clone, PartialEq)]
 pub enum End {
     Success,
-    /// Input waits (reduced envelopes, see [`crate::interrupts::inputs_of`]).
     Interrupt(Vec<Value>),
     Failed(Error),
 }
 
-/// How a run ends on the AG-UI side.
-#[derive(Debug, Clone)]
-pub enum FinishAs {
-    Success,
-    /// AG-UI interrupt objects, already persisted.
-    Interrupt(Vec<Value>),
-    Error(Error),
-}
-
-impl FinishAs {
+impl End {
+    /// The error code a failed run ends with.
     pub fn code(&self) -> Option<Code> {
         match self {
-            FinishAs::Error(e) => Some(e.code),
+            End::Failed(e) => Some(e.code),
             _ => None,
+        }
+    }
+
+    /// The end as announced to the client: input waits become AG-UI interrupts that expire at
+    /// `expires_at`, with texts in `lang`.
+    pub fn announced(self, expires_at: &str, lang: Lang) -> End {
+        match self {
+            End::Interrupt(inputs) => End::Interrupt(
+                inputs
+                    .iter()
+                    .map(|i| interrupts::to_interrupt(i, expires_at, lang))
+                    .collect(),
+            ),
+            end => end,
         }
     }
 }

@@ -76,7 +76,7 @@ fn every_span_is_closed_on_error() {
         panic!("{end:?}")
     };
     assert_eq!(e.code, Code::A2aExecutionFailed);
-    p.finish(&FinishAs::Error(e), &mut out);
+    p.finish(&End::Failed(e), &mut out);
     let t = types(&out);
     assert_eq!(
         &t[t.len() - 3..],
@@ -109,7 +109,7 @@ fn final_repeat_is_not_emitted_twice_and_usage_is_summed() {
         .on_item(&status(json!({}), "TASK_STATE_INPUT_REQUIRED"), &mut out)
         .unwrap();
     assert_eq!(end, Some(End::Success));
-    p.finish(&FinishAs::Success, &mut out);
+    p.finish(&End::Success, &mut out);
     let contents: Vec<_> = out
         .iter()
         .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
@@ -263,7 +263,7 @@ fn parallel_candidates_get_their_own_messages_and_steps() {
         steps,
         vec![json!("candidate:c1:plan"), json!("candidate:c2:plan")]
     );
-    p.finish(&FinishAs::Interrupt(vec![json!({"id": "i"})]), &mut out);
+    p.finish(&End::Interrupt(vec![json!({"id": "i"})]), &mut out);
     assert_balanced(&out);
     assert_eq!(p.durable().open_steps.len(), 2);
 }
@@ -295,7 +295,7 @@ fn resumed_run_reopens_durable_steps_and_strips_replayed_text() {
         &mut out,
     )
     .unwrap();
-    p.finish(&FinishAs::Success, &mut out);
+    p.finish(&End::Success, &mut out);
     assert_balanced(&out);
     assert!(p.durable().open_steps.is_empty());
 }

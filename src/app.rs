@@ -1,0 +1,57 @@
+//! What every request shares: the configuration, the A2A client, the state store, the heartbeat
+//! thread and the list of runs in progress. `main` builds one [`App`]; `http` and `run` borrow it.
+
+use crate::a2a::A2aClient;
+use crate::config::Config;
+use crate::error::Lang;
+use crate::projection::RunIds;
+use crate::store::{ActiveRun, Store};
+use crate::stream::{Heartbeats, SseStream};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Everything a request needs, shared by all threads.
+pub struct App {
+    pub config: Config,
+    pub a2a: A2aClient,
+    pub store: Store,
+    pub heartbeats: Heartbeats,
+    pub runs: Runs,
+}
+
+/// The runs in progress, so a shutdown can end each of them properly.
+#[derive(Default)]
+pub struct Runs {
+    live: Mutex<Vec<Weak<LiveRun>>>,
+    stopping: AtomicBool,
+}
+
+/// One run in progress, as the shutdown sees it.
+pub(crate) struct LiveRun {
+    pub(crate) stream: Arc<SseStream>,
+    /// Replaced when the run repairs an unfinished execution and starts a fresh one.
+    pub(crate) active: Mutex<Arc<ActiveRun>>,
+    pub(crate) ids: RunIds,
+    pub(crate) lang: Lang,
+}
+
+impl Runs {
+    /// Whether the adapter is shutting down (new runs are refused, running ones end).
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Refuses new runs from now on and returns the runs still in progress.
+    pub(crate) fn stop(&self) -> Vec<Arc<LiveRun>> {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.live.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Lists a run until its last handle is dropped.
+    pub(crate) fn register(&self, live: &Arc<LiveRun>) {
+        let mut list = self.live.lock();
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(live));
+    }
+}

@@ -1,0 +1,247 @@
+//! Admission: a request checked against its thread and the thread marked busy, under the thread's
+//! mutex, held just long enough to check idempotency, binding and the thread's mode and to record
+//! the run digest durably.
+
+use super::{lost, shutting_down};
+use crate::app::App;
+use crate::error::{Code, Error, Lang};
+use crate::ids;
+use crate::input::{ResumeEntry, RunInput, UserMessage};
+use crate::store::{ActiveRun, Execution, Slot, ThreadDoc};
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// What the admitted run does.
+pub(super) enum Mode {
+    /// A new turn with the user's message, on the execution admission installed.
+    NewTurn(UserMessage),
+    /// A new turn, but the thread's recorded execution never ended (the adapter was killed or
+    /// stopped mid-run): the run stops and closes it first, then `next` takes its place.
+    RepairThenNewTurn {
+        next: Execution,
+        message: UserMessage,
+    },
+    Resume(Vec<ResumeEntry>),
+    /// The pending interrupts expired at admission; the resume is refused in the stream.
+    Expired,
+}
+
+/// A request admitted to its thread: the thread is busy until the run ends.
+/// Dropping it, wherever that happens, frees the thread again.
+pub(crate) struct Admitted {
+    pub(super) input: RunInput,
+    pub(super) lang: Lang,
+    pub(super) doc: ThreadDoc,
+    pub(super) active: Arc<ActiveRun>,
+    pub(super) mode: Mode,
+    pub(super) guard: ActiveGuard,
+}
+
+/// Checks a request against its thread and marks the thread busy.
+pub(crate) fn admit(app: &Arc<App>, input: RunInput, lang: Lang) -> Result<Admitted, Error> {
+    let thread_id = input.thread_id.clone();
+    let slot = app.store.slot(&thread_id);
+    let admitted = admit_locked(app, &slot, input, lang);
+    if admitted.is_err() {
+        drop(slot);
+        app.store.release(&thread_id);
+    }
+    admitted
+}
+
+fn admit_locked(
+    app: &Arc<App>,
+    slot: &Arc<Mutex<Slot>>,
+    mut input: RunInput,
+    lang: Lang,
+) -> Result<Admitted, Error> {
+    let mut guard = slot.lock();
+    if app.runs.stopping() {
+        return Err(shutting_down());
+    }
+    if guard.active.is_some() {
+        return Err(Error::new(
+            Code::ThreadBusy,
+            "The thread already has an active run.",
+            "该 thread 已有活动的 run。",
+        ));
+    }
+    let mut doc = match app.store.load(&input.thread_id)? {
+        Some(doc) => {
+            check_against(&doc, &input)?;
+            doc
+        }
+        None if input.resume.is_some() => return Err(lost()),
+        None => ThreadDoc::new(
+            &input.thread_id,
+            &input.iac.cwd,
+            input.iac.user_id.as_deref(),
+        ),
+    };
+    let expired = expire_pending(app, &mut doc);
+    let mode = match &input.resume {
+        Some(entries) => resume_mode(&doc, &input, entries, expired)?,
+        None => new_turn_mode(&mut doc, &mut input)?,
+    };
+    doc.run_digests
+        .insert(input.run_id.clone(), input.digest.clone());
+    app.store.save(&doc)?;
+    let exec = doc.execution.as_ref().ok_or_else(lost)?;
+    let active = ActiveRun::new(&exec.execution_id, exec.task_id.clone());
+    guard.active = Some(active.clone());
+    drop(guard);
+    Ok(Admitted {
+        lang,
+        doc,
+        active,
+        mode,
+        guard: ActiveGuard {
+            app: app.clone(),
+            slot: Some(slot.clone()),
+            thread_id: input.thread_id.clone(),
+        },
+        input,
+    })
+}
+
+/// Idempotency (the run id) and binding (workspace and caller) against the stored thread.
+fn check_against(doc: &ThreadDoc, input: &RunInput) -> Result<(), Error> {
+    if let Some(d) = doc.run_digests.get(&input.run_id) {
+        return Err(if *d == input.digest {
+            Error::new(
+                Code::DuplicateRunId,
+                "The AG-UI run id has already been used for this request.",
+                "该 AG-UI run ID 已被相同请求使用。",
+            )
+        } else {
+            Error::new(
+                Code::RunIdConflict,
+                "The AG-UI run id has already been used by a different request.",
+                "该 AG-UI run ID 已被另一个请求使用。",
+            )
+        });
+    }
+    if doc.cwd != input.iac.cwd || doc.user_id != input.iac.user_id {
+        return Err(Error::new(
+            Code::ThreadBindingConflict,
+            "The thread is bound to another workspace or caller (cwd/userId).",
+            "该 thread 已绑定到其他工作区或调用方（cwd/userId）。",
+        ));
+    }
+    Ok(())
+}
+
+/// A resume needs the execution it answers, from the same invocation.
+fn resume_mode(
+    doc: &ThreadDoc,
+    input: &RunInput,
+    entries: &[ResumeEntry],
+    expired: bool,
+) -> Result<Mode, Error> {
+    let exec = doc.execution.as_ref().ok_or_else(lost)?;
+    if exec.ros_invocation_id != input.iac.ros_invocation_id {
+        return Err(lost());
+    }
+    Ok(if expired {
+        Mode::Expired
+    } else {
+        Mode::Resume(entries.to_vec())
+    })
+}
+
+/// A new turn needs a thread that waits for nothing, and a user message; it gets a new execution.
+fn new_turn_mode(doc: &mut ThreadDoc, input: &mut RunInput) -> Result<Mode, Error> {
+    if doc.pending_count() > 0 {
+        return Err(Error::new(
+            Code::ResumeRequired,
+            "The thread is waiting for an interrupt response; send `resume` first.",
+            "该 thread 正在等待 Interrupt 响应，请先发送 `resume`。",
+        ));
+    }
+    let Some(message) = input.user_message.take() else {
+        return Err(Error::invalid(
+            "A new run requires a user message.",
+            "新的 run 需要一条 user 消息。",
+        ));
+    };
+    let next = Execution {
+        execution_id: ids::uuid_v4(),
+        ros_invocation_id: input.iac.ros_invocation_id.clone(),
+        task_id: None,
+        pending: Default::default(),
+        pipeline_open_steps: vec![],
+        pipeline_sequence: 0,
+        text_snapshot_digests: vec![],
+    };
+    // No pending input and not terminal: the run that owned it never ended. It stays recorded
+    // (the cancel extension still reaches it) until the run thread repaired it.
+    let unfinished = doc
+        .execution
+        .as_ref()
+        .is_some_and(|e| !doc.is_terminal(&e.execution_id));
+    if unfinished {
+        return Ok(Mode::RepairThenNewTurn { next, message });
+    }
+    doc.execution = Some(next);
+    Ok(Mode::NewTurn(message))
+}
+
+/// Expired interrupts: cleared (durably, best effort) and their task cancelled. `true` if any.
+fn expire_pending(app: &App, doc: &mut ThreadDoc) -> bool {
+    let now = ids::now_ms();
+    let Some(exec) = &doc.execution else {
+        return false;
+    };
+    let expired = exec
+        .pending
+        .values()
+        .any(|p| p.expires_at_ms.is_some_and(|t| t <= now));
+    if !expired {
+        return false;
+    }
+    let task = exec.task_id.clone();
+    doc.mark_terminal();
+    if let Err(e) = app.store.save(doc) {
+        log::error!("cannot record expired interrupts: {e}");
+    }
+    if let Some(task) = task {
+        let a2a = app.a2a.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = a2a.cancel_task(&task) {
+                log::warn!("cancel of expired task failed: {e}");
+            }
+        });
+    }
+    true
+}
+
+/// Clears the thread's active run when the run ends, however it ends.
+pub(super) struct ActiveGuard {
+    app: Arc<App>,
+    slot: Option<Arc<Mutex<Slot>>>,
+    thread_id: String,
+}
+
+impl ActiveGuard {
+    /// Makes `active` the thread's active run (the slot stays busy).
+    pub(super) fn replace(&self, active: Arc<ActiveRun>) {
+        if let Some(slot) = &self.slot {
+            slot.lock().active = Some(active);
+        }
+    }
+
+    /// Frees the thread for its next run (idempotent).
+    pub(super) fn release(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.lock().active = None;
+            drop(slot);
+            self.app.store.release(&self.thread_id);
+        }
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.release();
+    }
+}

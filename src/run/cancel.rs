@@ -1,0 +1,109 @@
+//! The cancel extension, `POST /extensions/iac-code/v1/executions/{executionId}/cancel`, and the one
+//! way any part of a run cancels its A2A task.
+
+use crate::a2a::A2aClient;
+use crate::app::App;
+use crate::error::{Code, Error};
+use crate::input::{self, CancelRequest};
+use crate::store::{ActiveRun, Slot};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Cancels an execution of the thread named in `body`, under the thread's slot mutex. An active
+/// run is flagged and its task cancelled (the run thread records the end); a waiting execution is
+/// cancelled and marked terminal directly.
+pub(crate) fn cancel_execution(app: &App, execution_id: &str, body: &[u8]) -> Result<Value, Error> {
+    let request = input::parse_cancel(body)?;
+    let slot = app.store.slot(&request.thread_id);
+    let result = cancel_locked(app, &slot, execution_id, &request);
+    drop(slot);
+    app.store.release(&request.thread_id);
+    result
+}
+
+fn cancel_locked(
+    app: &App,
+    slot: &Arc<Mutex<Slot>>,
+    execution_id: &str,
+    request: &CancelRequest,
+) -> Result<Value, Error> {
+    let guard = slot.lock();
+    let mut doc = app.store.load(&request.thread_id)?.ok_or_else(not_found)?;
+    let Some(exec) = doc.execution.clone() else {
+        return Err(not_found());
+    };
+    let reply = |status: &str| json!({"executionId": execution_id, "status": status});
+    if exec.execution_id != execution_id {
+        return if doc.is_terminal(execution_id) {
+            Ok(reply("already_terminal"))
+        } else {
+            Err(not_found())
+        };
+    }
+    if exec.ros_invocation_id != request.ros_invocation_id {
+        return Err(not_found());
+    }
+    if let Some(active) = guard
+        .active
+        .as_ref()
+        .filter(|a| a.execution_id == execution_id)
+    {
+        // The run thread owns the document; it records the end when the stream stops.
+        active.cancelled.store(true, Ordering::SeqCst);
+        let (a2a, active) = (app.a2a.clone(), active.clone());
+        drop(guard);
+        cancel_once(&a2a, &active);
+        return Ok(reply("cancelled"));
+    }
+    if doc.is_terminal(execution_id) {
+        return Ok(reply("already_terminal"));
+    }
+    // Closed durably first, so no resume can apply meanwhile; the kernel is told after the
+    // thread's lock is released (CancelTask is bounded, but a hung kernel holds no one).
+    doc.mark_terminal();
+    app.store.save(&doc)?;
+    drop(guard);
+    if let Some(task) = &exec.task_id {
+        if let Err(e) = app.a2a.cancel_task(task) {
+            log::warn!("CancelTask {task} failed: {e}");
+        }
+    }
+    Ok(reply("cancelled"))
+}
+
+fn not_found() -> Error {
+    Error::new(
+        Code::ExecutionNotFound,
+        "The execution was not found.",
+        "未找到该 execution。",
+    )
+}
+
+/// Cancels the run's A2A task once, whoever asks first (a disconnect, an error, the cancel
+/// extension, a shutdown).
+pub(super) fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
+    // Without a task id there is nothing to cancel yet; a later call (once it is known) will.
+    let Some(task) = active.task_id.lock().clone() else {
+        return;
+    };
+    if active.cancel_sent.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    // A burst of cancels (hundreds of clients leaving at once) can outlast one call's deadline;
+    // a task left running would hold its context, so a transport failure is retried, bounded.
+    for attempt in 1..=CANCEL_ATTEMPTS {
+        match a2a.cancel_task(&task) {
+            Ok(()) => return,
+            Err(e) if attempt == CANCEL_ATTEMPTS => log::warn!("CancelTask {task} failed: {e}"),
+            Err(e) => {
+                log::info!("CancelTask {task} failed (attempt {attempt}), retrying: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)));
+            }
+        }
+    }
+}
+
+/// How many times a failed `CancelTask` is tried (each within the A2A client's cancel deadline).
+const CANCEL_ATTEMPTS: u32 = 3;

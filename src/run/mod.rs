@@ -1,0 +1,456 @@
+//! The life of one run on its own OS thread, from `RUN_STARTED` to the end of the stream.
+//!
+//! Admission (`admit`, in `admit.rs`) checks a request against its thread and marks the thread busy.
+//! The run (`drive`) then owns the thread's document until it ends: it streams the A2A task
+//! through the [`Projection`], persists what a restart needs before announcing it (fail closed),
+//! and always closes the stream with `RUN_FINISHED` or `RUN_ERROR`, even when it panics.
+//!
+//! This file is the run's life: one sequence (`Run::drive`) and one function per phase. The
+//! phases that need more room have their own files: `resume.rs` (answers to interrupts),
+//! `repair.rs` (the execution a killed adapter left running); `cancel.rs` is the cancel extension,
+//! `shutdown.rs` ends every run on SIGTERM.
+
+mod admit;
+mod cancel;
+mod repair;
+mod resume;
+mod shutdown;
+
+pub(crate) use admit::{admit, Admitted};
+pub(crate) use cancel::cancel_execution;
+pub use shutdown::shutdown;
+
+use crate::a2a::{self, A2aStream, Turn};
+use crate::app::{App, LiveRun};
+use crate::error::{Code, Error, Lang};
+use crate::ids;
+use crate::input::{RunInput, UserMessage};
+use crate::interrupts;
+use crate::projection::{Durable, End, Projection, RunIds};
+use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
+use crate::stream::SseStream;
+use admit::{ActiveGuard, Mode};
+use cancel::cancel_once;
+use parking_lot::Mutex;
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Runs an admitted request to its end on the calling thread, writing to `stream`.
+pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
+    let ids = run_ids(&admitted);
+    crate::logctx::set_execution(&ids.execution_id);
+    let lang = admitted.lang;
+    let live = Arc::new(LiveRun {
+        stream: stream.clone(),
+        active: Mutex::new(admitted.active.clone()),
+        ids: ids.clone(),
+        lang,
+    });
+    app.runs.register(&live);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let (run, mode) = Run::new(app, admitted, stream.clone(), live.clone());
+        run.drive(mode);
+    }));
+    if outcome.is_err() {
+        end_after_panic(ids, lang, stream);
+    }
+}
+
+fn run_ids(admitted: &Admitted) -> RunIds {
+    let execution_id = match &admitted.mode {
+        Mode::RepairThenNewTurn { next, .. } => next.execution_id.clone(),
+        _ => admitted.active.execution_id.clone(),
+    };
+    RunIds {
+        thread_id: admitted.input.thread_id.clone(),
+        run_id: admitted.input.run_id.clone(),
+        parent_run_id: admitted.input.parent_run_id.clone(),
+        execution_id,
+        context_id: admitted.doc.context_id.clone(),
+        ros_invocation_id: admitted.input.iac.ros_invocation_id.clone(),
+    }
+}
+
+/// The span state went with the panic: a fresh projection closes nothing and reports it.
+fn end_after_panic(ids: RunIds, lang: Lang, stream: &SseStream) {
+    log::error!("run {} panicked; ending it with RUN_ERROR", ids.run_id);
+    let e = Error::new(
+        Code::A2aProtocolError,
+        "The adapter failed while projecting this run; the run was stopped.",
+        "adapter 在投影该 run 时出错，run 已停止。",
+    );
+    let mut out = Vec::new();
+    Projection::new(ids, lang).finish(&End::Failed(e), &mut out);
+    stream.send(&out);
+    stream.finish();
+}
+
+/// When a projected item's events go to the client.
+enum Write {
+    Now,
+    /// With the next item's, which is already buffered upstream.
+    WithNextItem,
+}
+
+/// One run on its thread, with everything it owns until it ends.
+struct Run<'a> {
+    app: &'a App,
+    input: RunInput,
+    doc: ThreadDoc,
+    active: Arc<ActiveRun>,
+    stream: Arc<SseStream>,
+    proj: Projection,
+    /// Events projected but not written yet.
+    out: Vec<Value>,
+    /// `preferredLanguage` for the kernel; it also picks the interrupts' language.
+    lang_tag: String,
+    live: Arc<LiveRun>,
+    guard: ActiveGuard,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        app: &'a App,
+        a: Admitted,
+        stream: Arc<SseStream>,
+        live: Arc<LiveRun>,
+    ) -> (Run<'a>, Mode) {
+        let mut proj = Projection::new(live.ids.clone(), a.lang);
+        if let (Mode::Resume(_), Some(exec)) = (&a.mode, &a.doc.execution) {
+            if let Some(task) = &exec.task_id {
+                let durable = Durable {
+                    pipeline_sequence: exec.pipeline_sequence,
+                    open_steps: exec.pipeline_open_steps.iter().cloned().collect(),
+                    text_digests: exec.text_snapshot_digests.iter().cloned().collect(),
+                };
+                proj = proj.resuming(task, a.doc.iac_code_session_id.as_deref(), durable);
+            }
+        }
+        let lang_tag = a.input.iac.preferred_language.clone().unwrap_or_else(|| {
+            match a.lang {
+                Lang::En => "en",
+                Lang::Zh => "zh",
+            }
+            .into()
+        });
+        let run = Run {
+            app,
+            input: a.input,
+            doc: a.doc,
+            active: a.active,
+            stream,
+            proj,
+            out: Vec::new(),
+            lang_tag,
+            live,
+            guard: a.guard,
+        };
+        (run, a.mode)
+    }
+
+    /// The run's life: `RUN_STARTED`, its phase, what a cancel leaves, the closing events.
+    fn drive(mut self, mode: Mode) {
+        log::debug!(
+            "run {} on thread {} starts ({})",
+            self.input.run_id,
+            self.input.thread_id,
+            match mode {
+                Mode::NewTurn(_) | Mode::RepairThenNewTurn { .. } => "new turn",
+                Mode::Resume(_) => "resume",
+                Mode::Expired => "expired",
+            }
+        );
+        self.proj.start(&mut self.out);
+        self.flush();
+        let end = match mode {
+            Mode::NewTurn(message) => self.new_turn(&message),
+            Mode::RepairThenNewTurn { next, message } => match self.repair(next) {
+                Ok(()) => self.new_turn(&message),
+                Err(e) => End::Failed(e),
+            },
+            Mode::Resume(entries) => self.resume(&entries),
+            Mode::Expired => End::Failed(Error::new(
+                Code::ExecutionExpired,
+                "The interrupt has expired; start a new turn.",
+                "该 Interrupt 已过期，请开始新的 turn。",
+            )),
+        };
+        self.stream.clear_on_close();
+        let end = self.settle(end);
+        crate::metrics::run_ended(&end);
+        match end.code() {
+            Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
+            None => log::debug!("run {} ended", self.input.run_id),
+        }
+        self.proj.finish(&end, &mut self.out);
+        // Everything durable is on disk: free the thread before the client sees the end, so a
+        // resume sent the moment RUN_FINISHED arrives is never refused as THREAD_BUSY.
+        self.guard.release();
+        self.flush();
+        self.stream.finish();
+    }
+
+    /// Sends the user's message and reads the task to its next end.
+    fn new_turn(&mut self, message: &UserMessage) -> End {
+        if self.app.runs.stopping() {
+            return self.terminal(End::Failed(shutting_down()));
+        }
+        let message = a2a::user_message(
+            &message.id,
+            &message.parts,
+            &self.doc.context_id,
+            &self.input.iac,
+            Some(&self.lang_tag),
+            Turn::New,
+        );
+        self.cancel_on_disconnect();
+        let mut upstream = match self.app.a2a.send_streaming(message) {
+            Ok(s) => s,
+            Err(e) => return self.terminal(End::Failed(e)),
+        };
+        let end = self.pump(&mut upstream);
+        self.conclude(end)
+    }
+
+    /// Reads the A2A stream into the client until the task reaches an end for this run. A stream
+    /// that stops short (closed, broken, its client gone) leaves the task cancelled.
+    fn pump(&mut self, upstream: &mut A2aStream) -> End {
+        loop {
+            if self.active.is_cancelled() {
+                return End::Failed(Error::cancelled());
+            }
+            let item = match upstream.next_result() {
+                Ok(Some(item)) => item,
+                Ok(None) if self.proj.got_reply_message() => return End::Success,
+                Ok(None) => {
+                    let e = Error::a2a_unavailable("the A2A stream ended before the task finished");
+                    return self.abandon(e);
+                }
+                Err(e) => return self.abandon(e),
+            };
+            // Items already buffered upstream go out in one write with this one: fewer
+            // syscalls under load, and no added latency (we flush before we would block).
+            let write = if upstream.has_buffered() {
+                Write::WithNextItem
+            } else {
+                Write::Now
+            };
+            if let Some(end) = self.project(&item, write) {
+                return end;
+            }
+        }
+    }
+
+    /// Projects one item, persisting newly learned identities first, and writes its events when
+    /// `write` says so (an end is written at once). `Some` ends the pump.
+    fn project(&mut self, item: &Value, write: Write) -> Option<End> {
+        #[cfg(debug_assertions)]
+        panic_if_asked(item);
+        let end = match self.proj.on_item(item, &mut self.out) {
+            Ok(end) => end,
+            Err(e) => return Some(self.abandon(e)),
+        };
+        if let Err(e) = self.learn_identities() {
+            return Some(self.abandon(e));
+        }
+        let now = matches!(write, Write::Now) || end.is_some();
+        if now && !self.flush() {
+            log::info!(
+                "client of run {} went away; cancelling its task",
+                self.input.run_id
+            );
+            return Some(self.abandon(Error::cancelled()));
+        }
+        end
+    }
+
+    /// The task and session ids are recovery-critical: written before the run goes on.
+    fn learn_identities(&mut self) -> Result<(), Error> {
+        let exec_task = self
+            .doc
+            .execution
+            .as_ref()
+            .and_then(|e| e.task_id.as_deref());
+        let changed_task = self.proj.task_id().is_some() && exec_task != self.proj.task_id();
+        let changed_session = self.proj.session_id().is_some()
+            && self.doc.iac_code_session_id.as_deref() != self.proj.session_id();
+        if !changed_task && !changed_session {
+            return Ok(());
+        }
+        let task = self.proj.task_id().map(String::from);
+        let session = self.proj.session_id().map(String::from);
+        if changed_task {
+            self.execution().task_id = task.clone();
+            *self.active.task_id.lock() = task;
+        }
+        if changed_session {
+            self.doc.iac_code_session_id = session;
+        }
+        self.save()
+    }
+
+    /// What the task's end means for the execution: closed, or waiting for input.
+    fn conclude(&mut self, end: End) -> End {
+        match end {
+            End::Success => self.terminal(End::Success),
+            End::Interrupt(inputs) => self.interrupt(inputs),
+            End::Failed(e) => {
+                if e.code == Code::Cancelled {
+                    self.cancel_upstream();
+                }
+                self.terminal(End::Failed(e))
+            }
+        }
+    }
+
+    /// Gives the task up: cancels it (best effort) and ends with `e`.
+    fn abandon(&mut self, e: Error) -> End {
+        self.cancel_upstream();
+        End::Failed(e)
+    }
+
+    /// Records that the execution ended (best effort: the end is announced either way).
+    fn terminal(&mut self, end: End) -> End {
+        self.doc.mark_terminal();
+        if let Err(e) = self.save() {
+            log::error!("cannot record the end of run {}: {e}", self.input.run_id);
+        }
+        end
+    }
+
+    /// Persists the input waits, then (only then) announces them, with all still pending.
+    fn interrupt(&mut self, inputs: Vec<Value>) -> End {
+        self.record_pending(inputs);
+        if let Err(e) = self.save() {
+            // Fail closed: nothing resumable is announced, and the task must not wait forever.
+            self.cancel_upstream();
+            self.execution().pending.clear();
+            return End::Failed(e);
+        }
+        let lang = if self.lang_tag.starts_with("zh") {
+            Lang::Zh
+        } else {
+            Lang::En
+        };
+        let list = self
+            .execution()
+            .pending
+            .values()
+            .map(|p| {
+                interrupts::to_interrupt(&p.value, p.expires_at.as_deref().unwrap_or(""), lang)
+            })
+            .collect();
+        End::Interrupt(list)
+    }
+
+    /// The input waits, with their expiry, and the pipeline facts a resume needs.
+    fn record_pending(&mut self, inputs: Vec<Value>) {
+        let ttl = self.app.config.interrupt_ttl.as_millis() as u64;
+        let expires_ms = ids::now_ms() + ttl;
+        let expires = ids::rfc3339(expires_ms);
+        let durable = self.proj.durable();
+        let task = self.proj.task_id().map(String::from);
+        let exec = self.execution();
+        for input in inputs {
+            let id = input["inputId"].as_str().unwrap_or_default().to_string();
+            exec.pending.entry(id).or_insert(Pending {
+                sideband: interrupts::is_sideband(&input),
+                value: input,
+                expires_at: Some(expires.clone()),
+                expires_at_ms: Some(expires_ms),
+            });
+        }
+        exec.task_id = task;
+        exec.pipeline_sequence = durable.pipeline_sequence;
+        exec.pipeline_open_steps = durable.open_steps.into_iter().collect();
+        exec.text_snapshot_digests = durable.text_digests.into_iter().collect();
+    }
+
+    /// A cancel (the extension, a disconnect, a shutdown) always leaves this run's execution
+    /// closed: its task was told to stop, so nothing of it stays pending, whatever the run saw
+    /// meanwhile (an answer refused by the cancelled task, an interrupt that raced the cancel).
+    fn settle(&mut self, end: End) -> End {
+        let stopping = self.app.runs.stopping();
+        let own = self.active.execution_id == self.live.ids.execution_id;
+        if !own || !(stopping || self.active.is_cancelled()) {
+            return end;
+        }
+        let exec = self.execution();
+        let open = !exec.pending.is_empty() || exec.task_id.is_some();
+        let id = exec.execution_id.clone();
+        if open || !self.doc.is_terminal(&id) {
+            self.cancel_upstream();
+            self.doc.mark_terminal();
+            if let Err(e) = self.save() {
+                log::error!("cannot record the end of run {}: {e}", self.input.run_id);
+            }
+        }
+        match end {
+            End::Success => End::Success,
+            _ if stopping => End::Failed(shutting_down()),
+            // Whatever else the run met (an answer the cancelled task refused), it was cancelled.
+            _ => End::Failed(Error::cancelled()),
+        }
+    }
+
+    /// Writes the projected events; `false` once the client is gone.
+    fn flush(&mut self) -> bool {
+        let ok = self.stream.send(&self.out);
+        self.out.clear();
+        ok
+    }
+
+    fn execution(&mut self) -> &mut Execution {
+        self.doc
+            .execution
+            .as_mut()
+            .expect("admitted runs have an execution")
+    }
+
+    fn save(&self) -> Result<(), Error> {
+        self.app.store.save(&self.doc)
+    }
+
+    /// Cancels the A2A task once, whoever asks first (a disconnect, an error, the cancel extension).
+    fn cancel_upstream(&self) {
+        cancel_once(&self.app.a2a, &self.active);
+    }
+
+    /// From now on a vanished client cancels the task (the run is executing upstream). Before the
+    /// task id is known the run is flagged, so it cancels the task the moment the id arrives.
+    fn cancel_on_disconnect(&self) {
+        let a2a = self.app.a2a.clone();
+        let active = self.active.clone();
+        self.stream.on_close(Box::new(move || {
+            active.cancelled.store(true, Ordering::SeqCst);
+            std::thread::spawn(move || cancel_once(&a2a, &active));
+        }));
+    }
+}
+
+fn shutting_down() -> Error {
+    Error::new(
+        Code::A2aUnavailable,
+        "The adapter is shutting down.",
+        "adapter 正在关闭。",
+    )
+}
+
+fn lost() -> Error {
+    Error::new(
+        Code::ExecutionLost,
+        "The interrupted execution cannot be recovered for this thread.",
+        "无法为该 thread 恢复被中断的 execution。",
+    )
+}
+
+/// Debug builds only: an agent message of exactly this text panics the run thread, so the test
+/// suite can prove a panicking run still ends with `RUN_ERROR` (tests/reliability.rs).
+#[cfg(debug_assertions)]
+fn panic_if_asked(item: &Value) {
+    let text = item.pointer("/statusUpdate/status/message/parts/0/text");
+    if text.and_then(Value::as_str) == Some("__iac_code_agui_test_panic__") {
+        panic!("test panic requested by the upstream");
+    }
+}
