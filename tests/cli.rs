@@ -259,6 +259,8 @@ fn json_logs_stay_json_with_a_managed_kernel_whose_output_is_relogged() {
 fn start_up_logs_the_listen_address_kernel_roots_and_state_dir() {
     let k = FakeKernel::start();
     let a = Adapter::start(&k.url);
+    // The listen line comes after the listener already answers /health.
+    eventually(5, || a.logs().contains("listening on"));
     let logs = a.logs();
     let roots = format!(
         "allowed workspace roots: {} (from IAC_CODE_AGUI_ALLOWED_CWDS)",

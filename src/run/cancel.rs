@@ -91,16 +91,23 @@ pub(super) fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
     if active.cancel_sent.swap(true, Ordering::SeqCst) {
         return;
     }
-    // A burst of cancels (hundreds of clients leaving at once) can outlast one call's deadline;
-    // a task left running would hold its context, so a transport failure is retried, bounded.
-    for attempt in 1..=CANCEL_ATTEMPTS {
-        match a2a.cancel_task(&task) {
+    // A burst of cancels (hundreds of clients leaving at once) can outlast one call's deadline,
+    // and a task left running would hold its context: a transport failure is retried, bounded,
+    // in the background, so the caller (a cancel request, a run's end) waits for one call only.
+    if let Err(e) = a2a.cancel_task(&task) {
+        log::info!("CancelTask {task} failed, retrying in the background: {e}");
+        let a2a = a2a.clone();
+        std::thread::spawn(move || retry_cancel(&a2a, &task));
+    }
+}
+
+fn retry_cancel(a2a: &A2aClient, task: &str) {
+    for attempt in 2..=CANCEL_ATTEMPTS {
+        std::thread::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)));
+        match a2a.cancel_task(task) {
             Ok(()) => return,
             Err(e) if attempt == CANCEL_ATTEMPTS => log::warn!("CancelTask {task} failed: {e}"),
-            Err(e) => {
-                log::info!("CancelTask {task} failed (attempt {attempt}), retrying: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)));
-            }
+            Err(e) => log::info!("CancelTask {task} failed (attempt {attempt}): {e}"),
         }
     }
 }
