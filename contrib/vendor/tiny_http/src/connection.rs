@@ -124,6 +124,13 @@ impl Connection {
         }
     }
 
+    /// `write_all` through a shared reference (the socket is shared by its handles).
+    pub(crate) fn write_all_ref(&self, buf: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut this = self;
+        this.write_all(buf)
+    }
+
     pub(crate) fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
         match self {
             Self::Tcp(s) => s.set_nonblocking(on),

@@ -413,7 +413,7 @@ impl Server {
                             // over the cap: a fast answer from this thread, no thread spawned
                             log::debug!("connection cap reached, refusing a connection");
                             if ssl.is_none() {
-                                util::conn_ctl::refuse_connection(&sock, &limits.error_body);
+                                util::conn_ctl::refuse_connection(sock, &limits.error_body);
                             }
                             continue;
                         }

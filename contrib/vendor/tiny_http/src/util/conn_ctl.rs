@@ -3,6 +3,7 @@
 use std::io::{Error as IoError, ErrorKind, Read, Result as IoResult, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -97,7 +98,7 @@ impl ConnCtl {
     /// Answers 503 on the raw socket (plain HTTP only) when no thread could serve the connection.
     pub(crate) fn refuse(&self, error_body: &crate::ErrorBody) {
         if let Some(socket) = &self.socket {
-            refuse_connection(socket, error_body);
+            refuse_on(socket, error_body);
         }
     }
 
@@ -166,20 +167,74 @@ pub(crate) fn error_response(status: u16, error_body: &crate::ErrorBody) -> Vec<
     out
 }
 
-/// Over the connection cap: answer 503 from the accept thread without blocking it, and close.
-pub(crate) fn refuse_connection(conn: &Connection, error_body: &crate::ErrorBody) {
+/// Over the connection cap: answer 503 from the accept thread without blocking it, then hand the
+/// socket to the lingerer, which closes it a moment later.
+pub(crate) fn refuse_connection(conn: Connection, error_body: &crate::ErrorBody) {
     let _ = conn.set_write_timeout(Some(Duration::from_millis(100)));
-    let _ = (&*conn).write_all(&error_response(503, error_body));
+    let _ = conn.write_all_ref(&error_response(503, error_body));
     let _ = conn.shutdown(Shutdown::Write);
-    // read what already arrived, so that closing does not turn into a reset that could destroy the
-    // answer before the client reads it; never wait for more
     if conn.set_nonblocking(true).is_ok() {
-        let mut buf = [0u8; 4096];
-        for _ in 0..16 {
-            match (&*conn).read(&mut buf) {
-                Ok(n) if n > 0 => continue,
-                _ => break,
+        linger_refused(conn);
+    }
+}
+
+/// The 503 on a connection the caller keeps (a failed spawn): read what already arrived, so that
+/// closing is less likely to reset; never wait for more.
+fn refuse_on(conn: &Connection, error_body: &crate::ErrorBody) {
+    let _ = conn.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = conn.write_all_ref(&error_response(503, error_body));
+    let _ = conn.shutdown(Shutdown::Write);
+    if conn.set_nonblocking(true).is_ok() {
+        still_sending(conn);
+    }
+}
+
+/// Refused connections are kept open up to this long after their 503, reading and discarding, so
+/// that a request that arrives after the answer does not turn the close into a reset (Linux drops
+/// unread received data on a reset, the 503 with it).
+const REFUSED_LINGER: Duration = Duration::from_secs(1);
+/// At most this many refused connections linger; beyond it they are closed at once.
+const REFUSED_LINGER_MAX: usize = 256;
+
+fn linger_refused(conn: Connection) {
+    static LINGERER: std::sync::OnceLock<Option<SyncSender<Connection>>> =
+        std::sync::OnceLock::new();
+    let tx = LINGERER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::sync_channel(REFUSED_LINGER_MAX);
+        std::thread::Builder::new()
+            .name("tiny-http-linger".into())
+            .spawn(move || linger_loop(&rx))
+            .ok()
+            .map(|_| tx)
+    });
+    if let Some(tx) = tx {
+        let _ = tx.try_send(conn); // full: closed now, as before
+    }
+}
+
+fn linger_loop(rx: &Receiver<Connection>) {
+    let mut held: Vec<(Connection, Instant)> = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(conn) if held.len() < REFUSED_LINGER_MAX => {
+                held.push((conn, Instant::now() + REFUSED_LINGER))
             }
+            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let now = Instant::now();
+        held.retain(|(conn, until)| now < *until && still_sending(conn));
+    }
+}
+
+/// Discards what a lingering client sent; false once it closed its end or failed.
+fn still_sending(conn: &Connection) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        match (&*conn).read(&mut buf) {
+            Ok(0) => return false,
+            Ok(_) => continue,
+            Err(e) => return e.kind() == ErrorKind::WouldBlock,
         }
     }
 }
