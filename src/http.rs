@@ -8,6 +8,7 @@
 use crate::config::{self, Config};
 use crate::error::{Error, Lang};
 use crate::input::{self, MAX_BODY_BYTES};
+use crate::observe::{self, Observer};
 use crate::run::{self, Admitted, App};
 use crate::stream::SseStream;
 use parking_lot::Mutex;
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use tiny_http::{Header, Method, Request, Response};
 
 const CANCEL_PREFIX: &str = "/extensions/iac-code/v1/executions/";
+const THREADS_PREFIX: &str = "/extensions/iac-code/v1/threads/";
 const MAX_CANCEL_BODY: usize = 64 * 1024;
 pub const PROTOCOL_VERSION: &str = "1.0.0";
 /// Stack of a request thread, which is also the run's thread: runs are many and long-lived.
@@ -149,6 +151,11 @@ fn json_response(status: u16, body: &serde_json::Value) -> Response<std::io::Cur
 /// Answers a pre-SSE error. tiny_http adds `Connection: close` and closes the connection itself
 /// when the body was left unread (an application cannot set that header).
 fn reply_error(req: Request, e: &Error, lang: Lang) {
+    reply_error_with(req, e, lang, &Cors::None);
+}
+
+/// [`reply_error`] with the CORS headers an allowed origin needs to read the error.
+fn reply_error_with(req: Request, e: &Error, lang: Lang, cors: &Cors) {
     log::debug!(
         "{} {} -> {} {}",
         req.method(),
@@ -156,13 +163,19 @@ fn reply_error(req: Request, e: &Error, lang: Lang) {
         e.status(),
         e.code
     );
-    let _ = req.respond(json_response(e.status(), &e.to_json(lang)));
+    let _ = req.respond(with_headers(
+        json_response(e.status(), &e.to_json(lang)),
+        cors.headers(),
+    ));
 }
 
 /// What a request needs once its checks passed.
 enum Next {
     Json(serde_json::Value),
     Run(Box<Admitted>),
+    Observe(Box<Observer>),
+    /// A CORS preflight (or a plain `OPTIONS`): 204 with these headers.
+    Preflight(Vec<Header>),
 }
 
 /// A refusal, in the language chosen so far; `close` when the connection must not be reused
@@ -187,15 +200,20 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
     let Some(req) = slot.as_mut() else {
         return;
     };
-    let next = process(app, req);
+    let cors = Cors::of(&app.config, req);
+    let next = process(app, req, &cors);
     let Some(req) = slot.take() else {
         return;
     };
     match next {
         Ok(Next::Json(v)) => {
-            let _ = req.respond(json_response(200, &v));
+            let _ = req.respond(with_headers(json_response(200, &v), cors.headers()));
         }
-        Ok(Next::Run(admitted)) => stream_run(app, req, *admitted),
+        Ok(Next::Preflight(headers)) => {
+            let _ = req.respond(with_headers(Response::empty(204), headers));
+        }
+        Ok(Next::Run(admitted)) => stream_run(app, req, *admitted, &cors),
+        Ok(Next::Observe(observer)) => stream_observer(app, req, *observer, &cors),
         Err(r) => {
             let socket = if r.close { req.socket() } else { None };
             if let Some(s) = &socket {
@@ -203,7 +221,7 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
                 // of the body before it closes the connection.
                 let _ = s.shutdown(std::net::Shutdown::Read);
             }
-            reply_error(req, &r.error, r.lang);
+            reply_error_with(req, &r.error, r.lang, &cors);
             if let Some(s) = socket {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
@@ -212,13 +230,19 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
 }
 
 /// Every check of a request up to admission, in the order a client sees them.
-fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
+fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refusal> {
     let accept_language = header(req, "Accept-Language").map(String::from);
     let header_lang = Lang::choose(None, accept_language.as_deref());
     let refuse = |e: Error| Refusal::new(e, header_lang);
     check_host(&app.config, req).map_err(refuse)?;
     let path = req.url().split('?').next().unwrap_or("").to_string();
     let route = Route::of(&path);
+    if !matches!(route, Route::Health) {
+        cors.check().map_err(refuse)?;
+        if *req.method() == Method::Options && !matches!(route, Route::Unknown) {
+            return Ok(Next::Preflight(cors.preflight_headers()));
+        }
+    }
     check_method(&route, req.method(), &path).map_err(refuse)?;
     if let Route::Health = route {
         return Ok(Next::Json(serde_json::json!({
@@ -240,6 +264,12 @@ fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
             ));
         }
     }
+    if let Route::Thread(id) = &route {
+        let query = req.url().split_once('?').map_or("", |(_, q)| q);
+        return observe::thread_status(app, id, query, header_lang)
+            .map(Next::Json)
+            .map_err(refuse);
+    }
     check_json_content_type(req).map_err(refuse)?;
     let limit = match route {
         Route::Run => MAX_BODY_BYTES,
@@ -255,15 +285,19 @@ fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
         Route::Cancel(id) => run::cancel_execution(app, &id, &body)
             .map(Next::Json)
             .map_err(refuse),
+        Route::Subscribe(id) => observe::admit_observer(app, &id, &body, header_lang)
+            .map(|o| Next::Observe(Box::new(o)))
+            .map_err(refuse),
         Route::Run => admit_run(app, req, body, accept_language.as_deref()),
-        Route::Health | Route::Unknown => Err(refuse(Error::internal())),
+        Route::Health | Route::Thread(_) | Route::Unknown => Err(refuse(Error::internal())),
     }
 }
 
 fn check_method(route: &Route, method: &Method, path: &str) -> Result<(), Error> {
     let allowed = match (route, method) {
         (Route::Health, Method::Get | Method::Head) => true,
-        (Route::Run | Route::Cancel(_), Method::Post) => true,
+        (Route::Run | Route::Cancel(_) | Route::Subscribe(_), Method::Post) => true,
+        (Route::Thread(_), Method::Get) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
             return Err(Error::invalid(
@@ -315,6 +349,9 @@ enum Route {
     Health,
     Run,
     Cancel(String),
+    Subscribe(String),
+    /// The thread lookup; the id percent-decoded.
+    Thread(String),
     Unknown,
 }
 
@@ -325,13 +362,28 @@ impl Route {
         match path {
             "/health" => Route::Health,
             "/" => Route::Run,
-            p => match p
-                .strip_prefix(CANCEL_PREFIX)
-                .and_then(|rest| rest.strip_suffix("/cancel"))
-            {
-                Some(id) if !id.is_empty() && !id.contains('/') => Route::Cancel(id.to_string()),
-                _ => Route::Unknown,
-            },
+            p => {
+                let execution = |suffix: &str| {
+                    p.strip_prefix(CANCEL_PREFIX)
+                        .and_then(|rest| rest.strip_suffix(suffix))
+                        .filter(|id| !id.is_empty() && !id.contains('/'))
+                        .map(String::from)
+                };
+                let thread = p
+                    .strip_prefix(THREADS_PREFIX)
+                    .filter(|id| !id.is_empty() && !id.contains('/'))
+                    .and_then(observe::percent_decode)
+                    .filter(|id| !id.is_empty());
+                if let Some(id) = execution("/cancel") {
+                    Route::Cancel(id)
+                } else if let Some(id) = execution("/subscribe") {
+                    Route::Subscribe(id)
+                } else if let Some(id) = thread {
+                    Route::Thread(id)
+                } else {
+                    Route::Unknown
+                }
+            }
         }
     }
 }
@@ -504,8 +556,8 @@ fn admit_run(
 
 /// The run continues on this request thread, which owns the connection; admission already
 /// marked the thread busy, and dropping `admitted` on any failure releases it.
-fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted) {
-    let stream = match SseStream::open(req, app.config.write_timeout) {
+fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted, cors: &Cors) {
+    let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
         Ok(s) => s,
         Err(e) => {
             log::info!("client left before the stream started: {e}");
@@ -514,6 +566,112 @@ fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted) {
     };
     app.heartbeats.register(&stream);
     run::run(app.clone(), admitted, stream);
+}
+
+/// An observer continues on this request thread, like a run, with heartbeats; it holds no
+/// thread slot, so nothing is freed when it ends.
+fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors) {
+    let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
+        Ok(s) => s,
+        Err(e) => {
+            log::info!("observer left before the stream started: {e}");
+            return;
+        }
+    };
+    app.heartbeats.register(&stream);
+    observe::observe(app, observer, stream);
+}
+
+fn with_headers<R: std::io::Read>(mut resp: Response<R>, headers: Vec<Header>) -> Response<R> {
+    for h in headers {
+        resp.add_header(h);
+    }
+    resp
+}
+
+/// The CORS decision for one request (off unless `--cors-allow-origin` lists the origin).
+/// A request without `Origin`, or whose `Origin` names the request's own `Host` (same origin,
+/// e.g. behind a proxy that keeps the Host), needs no CORS headers.
+enum Cors {
+    None,
+    Allowed(String),
+    Denied,
+}
+
+const CORS_METHODS: &str = "GET, POST, OPTIONS";
+const CORS_HEADERS: &str = "Authorization, Content-Type, Accept, Accept-Language, Last-Event-ID";
+const CORS_MAX_AGE: &str = "600";
+
+impl Cors {
+    fn of(config: &Config, req: &Request) -> Cors {
+        let Some(origin) = header(req, "Origin").map(str::trim) else {
+            return Cors::None;
+        };
+        let authority = origin.split_once("://").map(|(_, a)| a);
+        if authority
+            .is_some_and(|a| header(req, "Host").is_some_and(|h| a.eq_ignore_ascii_case(h.trim())))
+        {
+            return Cors::None;
+        }
+        let allowed = config
+            .cors_allow_origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin));
+        if allowed {
+            Cors::Allowed(origin.to_string())
+        } else {
+            Cors::Denied
+        }
+    }
+
+    /// A page of an origin that is not allowed gets no run (nor anything else but `/health`).
+    fn check(&self) -> Result<(), Error> {
+        match self {
+            Cors::Denied => Err(Error::invalid(
+                "Origin not allowed: start the adapter with --cors-allow-origin for this origin.",
+                "Origin 不被允许：请用 --cors-allow-origin 允许该来源。",
+            )
+            .with_status(403)),
+            _ => Ok(()),
+        }
+    }
+
+    fn headers(&self) -> Vec<Header> {
+        match self {
+            Cors::Allowed(origin) => [
+                Header::from_bytes("Access-Control-Allow-Origin", origin.as_bytes()),
+                Header::from_bytes("Vary", "Origin"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn preflight_headers(&self) -> Vec<Header> {
+        let mut headers = self.headers();
+        let more = match self {
+            Cors::Allowed(_) => vec![
+                ("Access-Control-Allow-Methods", CORS_METHODS),
+                ("Access-Control-Allow-Headers", CORS_HEADERS),
+                ("Access-Control-Max-Age", CORS_MAX_AGE),
+            ],
+            _ => vec![("Allow", CORS_METHODS)],
+        };
+        for (k, v) in more {
+            headers.push(Header::from_bytes(k, v).expect("static header"));
+        }
+        headers
+    }
+
+    /// The same headers as raw lines for the SSE response head.
+    fn head(&self) -> String {
+        self.headers()
+            .iter()
+            .map(|h| format!("{}: {}\r\n", h.field, h.value))
+            .collect()
+    }
 }
 
 /// Constant-time comparison of the presented bearer token. The scheme name is case-insensitive

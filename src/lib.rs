@@ -16,6 +16,7 @@
 //! | [`run`] | admission, the life of a run, resume, the cancel extension |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | [`interrupts`] | input waits as interrupts, resume answers as A2A messages |
+//! | [`observe`] | re-attach after a reload: the thread lookup and the observe stream |
 //! | [`a2a`] | the JSON-RPC client and the `metadata.iac_code` key table |
 //! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
 //! | [`stream`] | the client's SSE response and the heartbeat timer |
@@ -56,6 +57,7 @@ pub mod ids;
 pub mod input;
 pub mod interrupts;
 pub mod kernel;
+pub mod observe;
 pub mod projection;
 pub mod run;
 pub mod sse;

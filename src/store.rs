@@ -65,6 +65,11 @@ impl RunDigests {
         self.0.len()
     }
 
+    /// The run admitted last on the thread (the run of its current execution, if any).
+    pub fn newest(&self) -> Option<&str> {
+        self.0.last().map(|(k, _)| k.as_str())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -187,9 +192,8 @@ impl ThreadDoc {
         self.terminal_execution_ids.drain(..excess);
         let current = self.execution.as_ref().map(|e| e.execution_id.as_str());
         let kept = &self.terminal_execution_ids;
-        self.applied_resume_digests.retain(|a| {
-            Some(a.execution_id.as_str()) == current || kept.contains(&a.execution_id)
-        });
+        self.applied_resume_digests
+            .retain(|a| Some(a.execution_id.as_str()) == current || kept.contains(&a.execution_id));
     }
 
     pub fn pending_count(&self) -> usize {

@@ -82,6 +82,8 @@ struct Task {
     continuation: Option<(Vec<Step>, Vec<Step>, Vec<Step>)>,
     cancelled: Arc<AtomicBool>,
     pipeline: Vec<Value>,
+    /// Every stream item of the task so far, for `SubscribeToTask` (its snapshot and its tail).
+    log: Arc<Mutex<Vec<Value>>>,
 }
 
 #[derive(Default)]
@@ -407,15 +409,75 @@ fn rpc(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io::Result<()>
                 }
             }
         }
-        "SubscribeToTask" => respond(
-            conn,
-            200,
-            &rpc_error(req, -32001, "Task not found or not streaming"),
-        ),
+        "SubscribeToTask" => subscribe(state, conn, req),
         "SendStreamingMessage" => send_streaming(state, conn, req),
         "SendMessage" => respond(conn, 200, &rpc_error(req, -32004, "This fake only streams")),
         _ => respond(conn, 200, &rpc_error(req, -32601, "Method not found")),
     }
+}
+
+/// `SubscribeToTask`: for a working task, the task as it is now (its history holds the user
+/// message and every agent message streamed so far), then each later item of its stream until
+/// the turn ends; for any other task, the kernel's "not found" error.
+fn subscribe(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
+    let id = req["params"]["id"].as_str().unwrap_or("");
+    let found = state.tasks.lock().unwrap().get(id).cloned();
+    let Some(task) = found.filter(|t| {
+        matches!(
+            t.state.as_str(),
+            "TASK_STATE_WORKING" | "TASK_STATE_SUBMITTED"
+        )
+    }) else {
+        return respond(
+            conn,
+            200,
+            &rpc_error(req, -32001, "Task not found or not streaming"),
+        );
+    };
+    let (mut snapshot, mut seen) = {
+        let log = task.log.lock().unwrap();
+        let mut history: Vec<Value> = log
+            .iter()
+            .filter_map(|i| i.pointer("/task/history")?.as_array().cloned())
+            .flatten()
+            .collect();
+        history.extend(
+            log.iter()
+                .filter_map(|i| i.pointer("/statusUpdate/status/message").cloned()),
+        );
+        let mut t = task_json(&task);
+        t["history"] = Value::Array(history);
+        (t, log.len())
+    };
+    snapshot["status"]["state"] = json!("TASK_STATE_WORKING");
+    let mut out = conn;
+    out.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+    )?;
+    let frame = |result: &Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"jsonrpc": "2.0", "id": req["id"], "result": result})
+        )
+    };
+    out.write_all(frame(&json!({"task": snapshot})).as_bytes())?;
+    let until = std::time::Instant::now() + Duration::from_secs(600);
+    while std::time::Instant::now() < until {
+        let fresh: Vec<Value> = task.log.lock().unwrap()[seen..].to_vec();
+        seen += fresh.len();
+        for item in fresh {
+            out.write_all(frame(&item).as_bytes())?;
+            let st = item
+                .pointer("/statusUpdate/status/state")
+                .and_then(Value::as_str)
+                .unwrap_or("TASK_STATE_WORKING");
+            if !matches!(st, "TASK_STATE_WORKING" | "TASK_STATE_SUBMITTED") {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 fn check_message(m: &Value) -> Result<(), &'static str> {
@@ -625,15 +687,24 @@ fn send_streaming(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io:
                 continuation: None,
                 cancelled: Arc::new(AtomicBool::new(false)),
                 pipeline: Vec::new(),
+                log: Arc::default(),
             },
         );
         let first = json!({"task": {"id": id, "contextId": ctx, "status": {"state": "TASK_STATE_SUBMITTED"},
             "history": [m]}});
         (id, script, String::new(), vec![first])
     };
+    let log = state
+        .tasks
+        .lock()
+        .unwrap()
+        .get(&task_id)
+        .map(|t| t.log.clone())
+        .unwrap_or_default();
     let mut out = conn;
     out.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n")?;
     let vars = Vars {
+        log,
         task: task_id,
         ctx,
         session,
@@ -647,6 +718,7 @@ fn send_streaming(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io:
 }
 
 struct Vars {
+    log: Arc<Mutex<Vec<Value>>>,
     task: String,
     ctx: String,
     session: String,
@@ -679,7 +751,9 @@ fn subst(v: &Value, vars: &Vars) -> Value {
 }
 
 fn emit(out: &mut &TcpStream, vars: &Vars, result: &Value) -> std::io::Result<()> {
-    let line = json!({"jsonrpc": "2.0", "id": vars.id, "result": subst(result, vars)});
+    let result = subst(result, vars);
+    vars.log.lock().unwrap().push(result.clone());
+    let line = json!({"jsonrpc": "2.0", "id": vars.id, "result": result});
     let mut frame = b"data: ".to_vec();
     frame.extend(serde_json::to_vec(&line).unwrap());
     frame.extend(b"\n\n");
