@@ -195,6 +195,14 @@ fn observing_a_waiting_execution_ends_with_the_same_interrupts() {
     assert_eq!(o.events[0]["runId"], "r1");
     assert_eq!(o.session()["executionId"], exec.as_str());
     assert_eq!(o.interrupts(), r.interrupts());
+    // The turn so far, from the kernel's task history, so a reloaded page redraws it.
+    let snapshot = o
+        .events
+        .iter()
+        .find(|e| e["type"] == "MESSAGES_SNAPSHOT")
+        .expect("a catch-up snapshot");
+    assert_eq!(snapshot["messages"][0]["role"], "user");
+    assert_eq!(snapshot["messages"][0]["content"], "scenario:permission");
     assert_balanced(&o.events);
     // Read-only: the thread still waits for the same answer.
     assert_eq!(

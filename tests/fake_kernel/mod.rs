@@ -368,7 +368,19 @@ fn rpc(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io::Result<()>
         "GetTask" => {
             let id = params["id"].as_str().unwrap_or("");
             match state.tasks.lock().unwrap().get(id) {
-                Some(t) => respond(conn, 200, &rpc_result(req, task_json(t))),
+                Some(t) => {
+                    // As the A2A SDK keeps it: the messages of the task's streams, newest last,
+                    // the last `historyLength` of them when given.
+                    let mut v = task_json(t);
+                    let mut history = history_of(&t.log.lock().unwrap());
+                    if let Some(n) = params["historyLength"].as_u64() {
+                        history.drain(..history.len().saturating_sub(n as usize));
+                    }
+                    if !history.is_empty() {
+                        v["history"] = Value::Array(history);
+                    }
+                    respond(conn, 200, &rpc_result(req, v))
+                }
                 None => respond(conn, 200, &rpc_error(req, -32001, "Task not found")),
             }
         }
@@ -436,17 +448,8 @@ fn subscribe(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io::Resu
     };
     let (mut snapshot, mut seen) = {
         let log = task.log.lock().unwrap();
-        let mut history: Vec<Value> = log
-            .iter()
-            .filter_map(|i| i.pointer("/task/history")?.as_array().cloned())
-            .flatten()
-            .collect();
-        history.extend(
-            log.iter()
-                .filter_map(|i| i.pointer("/statusUpdate/status/message").cloned()),
-        );
         let mut t = task_json(&task);
-        t["history"] = Value::Array(history);
+        t["history"] = Value::Array(history_of(&log));
         (t, log.len())
     };
     snapshot["status"]["state"] = json!("TASK_STATE_WORKING");
@@ -478,6 +481,20 @@ fn subscribe(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io::Resu
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
+}
+
+/// The user message and every agent message a task's streams carried so far.
+fn history_of(log: &[Value]) -> Vec<Value> {
+    let mut history: Vec<Value> = log
+        .iter()
+        .filter_map(|i| i.pointer("/task/history")?.as_array().cloned())
+        .flatten()
+        .collect();
+    history.extend(
+        log.iter()
+            .filter_map(|i| i.pointer("/statusUpdate/status/message").cloned()),
+    );
+    history
 }
 
 fn check_message(m: &Value) -> Result<(), &'static str> {
@@ -1214,6 +1231,17 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
         "panic" => vec![working_text("before "), working_text("__iac_code_agui_test_panic__"), done()],
         "numbered" => (0..20).map(|i| working_text(&format!("[{i}]"))).chain([done()]).collect(),
         "slow-numbered" => vec![Step::Numbered { count: 100_000, gap_ms: 100 }, done()],
+        // The browser test's slow turn: text, then it waits at the gate named like the scenario
+        // (`console-slow-<tag>`, opened through /__control/open) before it finishes.
+        n if n.starts_with("console-slow-") => vec![
+            working_text("Streaming the first part. "),
+            Step::Sleep(300),
+            status("TASK_STATE_WORKING", json!({"thinking": {"type": "raw_thinking", "text": "Checking the template."}}), None),
+            working_text("Still working. "),
+            Step::Gate(n.to_string()),
+            working_text("Finished after the wait."),
+            done(),
+        ],
         n if n.starts_with("flood-") => vec![Step::Flood(n["flood-".len()..].parse().ok()?), done()],
         _ => return None,
     })
