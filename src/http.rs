@@ -728,6 +728,20 @@ mod tests {
         assert!(
             matches!(Route::of("/extensions/iac-code/v1/executions/e1/cancel"), Route::Cancel(id) if id == "e1")
         );
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/executions/e1/subscribe"), Route::Subscribe(id) if id == "e1")
+        );
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/threads/t%201"), Route::Thread(id) if id == "t 1")
+        );
+        for p in [
+            "/extensions/iac-code/v1/threads/",
+            "/extensions/iac-code/v1/threads/a/b",
+            "/extensions/iac-code/v1/threads/%zz",
+            "/extensions/iac-code/v1/executions/subscribe",
+        ] {
+            assert!(matches!(Route::of(p), Route::Unknown), "{p}");
+        }
         assert!(matches!(Route::of("/health"), Route::Health));
         assert!(matches!(Route::of("/"), Route::Run));
     }
