@@ -364,7 +364,11 @@ fn an_observer_that_leaves_ends_only_its_own_stream_and_gets_heartbeats_meanwhil
     }
     assert_eq!(beats, 2);
     drop(lines);
-    std::thread::sleep(Duration::from_millis(500));
+    // Noticed by the heartbeat thread (the client's FIN) well within one interval (0.2 s).
+    assert!(eventually(2, || a
+        .logs()
+        .contains("client closed its end of the stream")));
+    std::thread::sleep(Duration::from_millis(300));
     assert!(
         k.calls("CancelTask").is_empty(),
         "a leaving observer cancels nothing"
