@@ -204,6 +204,23 @@ impl A2aClient {
             "method": "SendStreamingMessage",
             "params": {"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}},
         });
+        self.open_stream(&body)
+    }
+
+    /// `SubscribeToTask`: the task as it is now, then its later updates until the turn ends.
+    /// A task that is not running answers with a JSON-RPC error (read as the stream's first item).
+    pub fn subscribe_to_task(&self, task_id: &str) -> Result<A2aStream, Error> {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": crate::ids::uuid_v4(),
+            "method": "SubscribeToTask",
+            "params": {"id": task_id},
+        });
+        self.open_stream(&body)
+    }
+
+    /// Sends a streaming JSON-RPC call and returns its stream of results.
+    fn open_stream(&self, body: &Value) -> Result<A2aStream, Error> {
         let started = std::time::Instant::now();
         let resp = self
             .post("/")

@@ -49,6 +49,8 @@ pub struct Config {
     pub allowed_hosts: Vec<String>,
     /// One of several pairs behind a balancer: unknown threads with history are refused.
     pub pair_mode: bool,
+    /// Origins whose pages may call us from another origin (exact; `*` only without a token).
+    pub cors_allow_origins: Vec<String>,
 }
 
 /// `--log-format`: env_logger's text lines, or one JSON object a line with the run's ids as fields.
@@ -99,6 +101,9 @@ Options:
   --allowed-host HOST         extra Host header value accepted when bound to loopback (only
                               localhost, 127.0.0.1 and [::1] are otherwise); repeatable, env
                               comma-separated; on a non-loopback bind, enables the Host check
+  --cors-allow-origin ORIGIN  a web page origin (scheme://host[:port]) allowed to call this
+                              server from another origin (CORS; off by default); repeatable,
+                              env comma-separated; `*` only without IAC_CODE_AGUI_AUTH_TOKEN
   --pair-mode                 one of several adapter + kernel pairs behind a load balancer:
                               a thread this pair never held, arriving with history or a
                               resume, is refused (503 STATE_UNAVAILABLE), never restarted
@@ -143,6 +148,7 @@ const FLAGS: &[(&str, bool)] = &[
     ("write-timeout", true),
     ("allowed-host", true),
     ("pair-mode", false),
+    ("cors-allow-origin", true),
     ("debug", false),
     ("log-stdout", false),
     ("log-format", true),
@@ -172,6 +178,7 @@ const ENV: &[(&str, &str)] = &[
     ("log-format", "IAC_CODE_AGUI_LOG_FORMAT"),
     ("auth-token", "IAC_CODE_AGUI_AUTH_TOKEN"),
     ("a2a-token", "IAC_CODE_AGUI_A2A_TOKEN"),
+    ("cors-allow-origin", "IAC_CODE_AGUI_CORS_ALLOW_ORIGIN"),
 ];
 
 impl Command {
@@ -184,6 +191,7 @@ impl Command {
         let mut cli: HashMap<&'static str, String> = HashMap::new();
         // The one repeatable option: its values accumulate (joined by ',' like the env form).
         let mut hosts: Vec<String> = Vec::new();
+        let mut origins: Vec<String> = Vec::new();
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             match arg.as_str() {
@@ -227,10 +235,17 @@ impl Command {
                 hosts.push(value);
                 continue;
             }
+            if flag == "cors-allow-origin" {
+                origins.push(value);
+                continue;
+            }
             cli.insert(flag, value);
         }
         if !hosts.is_empty() {
             cli.insert("allowed-host", hosts.join(","));
+        }
+        if !origins.is_empty() {
+            cli.insert("cors-allow-origin", origins.join(","));
         }
         let yaml = match cli.get("config") {
             Some(path) => parse_yaml(path)?,
@@ -314,7 +329,15 @@ impl Command {
             write_timeout: positive_seconds(get("write-timeout"), "write-timeout", 60.0)?,
             allowed_hosts: host_list(get("allowed-host"))?,
             pair_mode: flag(get("pair-mode"), "pair-mode")?,
+            cors_allow_origins: origin_list(get("cors-allow-origin"))?,
         };
+        if config.auth_token.is_some() && config.cors_allow_origins.iter().any(|o| o == "*") {
+            return Err(
+                "'--cors-allow-origin *' is refused while IAC_CODE_AGUI_AUTH_TOKEN is set: \
+                        list the console origins exactly"
+                    .into(),
+            );
+        }
         if config.port == 0 {
             return Err("'--port' must be between 1 and 65535".into());
         }
@@ -369,6 +392,33 @@ fn host_list(v: Option<String>) -> Result<Vec<String>, String> {
         return Err(format!("'--allowed-host' expects a host name, got '{bad}'"));
     }
     Ok(hosts)
+}
+
+/// `--cors-allow-origin` values: comma-separated exact origins (`scheme://host[:port]`, no path,
+/// lower-cased) or `*`.
+fn origin_list(v: Option<String>) -> Result<Vec<String>, String> {
+    let Some(v) = v else {
+        return Ok(Vec::new());
+    };
+    let origins: Vec<String> = v
+        .split(',')
+        .map(|o| o.trim().trim_end_matches('/').to_ascii_lowercase())
+        .filter(|o| !o.is_empty())
+        .collect();
+    let valid = |o: &str| {
+        o == "*"
+            || ["http://", "https://"].iter().any(|s| {
+                o.strip_prefix(s).is_some_and(|rest| {
+                    !rest.is_empty() && !rest.contains(['/', '@', ' ', '?', '#', '*'])
+                })
+            })
+    };
+    if let Some(bad) = origins.iter().find(|o| !valid(o)) {
+        return Err(format!(
+            "'--cors-allow-origin' expects an origin like https://console.example:8443, got '{bad}'"
+        ));
+    }
+    Ok(origins)
 }
 
 /// Whether `host` (a bind address) is a loopback one: only then is the `Host` header checked by
@@ -792,6 +842,33 @@ mod tests {
         assert_eq!(c.max_url_bytes, 100);
         assert_eq!(c.allowed_hosts, ["a.example", "b.example"]);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn cors_origins_repeat_are_exact_and_star_needs_no_token() {
+        let c = config(
+            &[
+                "--cors-allow-origin",
+                "https://A.example",
+                "--cors-allow-origin=http://b:8080/",
+            ],
+            &[],
+        );
+        assert_eq!(c.cors_allow_origins, ["https://a.example", "http://b:8080"]);
+        let c = config(
+            &[],
+            &[("IAC_CODE_AGUI_CORS_ALLOW_ORIGIN", "http://x, http://y:1")],
+        );
+        assert_eq!(c.cors_allow_origins, ["http://x", "http://y:1"]);
+        assert!(config(&[], &[]).cors_allow_origins.is_empty());
+        assert!(parse(&["--cors-allow-origin", "x.example"], &[]).is_err());
+        assert!(parse(&["--cors-allow-origin", "http://x/path"], &[]).is_err());
+        assert!(parse(&["--cors-allow-origin", "*"], &[]).is_ok());
+        assert!(parse(
+            &["--cors-allow-origin", "*"],
+            &[("IAC_CODE_AGUI_AUTH_TOKEN", "t")]
+        )
+        .is_err());
     }
 
     #[test]

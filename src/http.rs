@@ -9,6 +9,7 @@ use crate::app::App;
 use crate::config::{self, Config};
 use crate::error::{Error, Lang};
 use crate::input::{self, MAX_BODY_BYTES};
+use crate::observe::{self, Observer};
 use crate::routing;
 use crate::run::{self, Admitted};
 use crate::stream::SseStream;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use tiny_http::{Header, Method, Request, Response};
 
 const CANCEL_PREFIX: &str = "/extensions/iac-code/v1/executions/";
+const THREADS_PREFIX: &str = "/extensions/iac-code/v1/threads/";
 const MAX_CANCEL_BODY: usize = 64 * 1024;
 pub const PROTOCOL_VERSION: &str = "1.0.0";
 /// Stack of a request thread, which is also the run's thread: runs are many and long-lived.
@@ -159,6 +161,11 @@ fn json_response(status: u16, body: &serde_json::Value) -> Response<std::io::Cur
 /// the path, never the request-target itself (a query string can carry anything), and no header
 /// value is logged.
 fn reply_error(req: Request, e: &Error, lang: Lang) {
+    reply_error_with(req, e, lang, &Cors::None);
+}
+
+/// [`reply_error`] with the CORS headers an allowed origin needs to read the error.
+fn reply_error_with(req: Request, e: &Error, lang: Lang, cors: &Cors) {
     let path = req.url().split('?').next().unwrap_or("");
     log::info!(
         "rejected {} {} -> {} {}",
@@ -168,7 +175,10 @@ fn reply_error(req: Request, e: &Error, lang: Lang) {
         e.code
     );
     crate::metrics::rejected(e.status(), e.code);
-    let _ = req.respond(json_response(e.status(), &e.to_json(lang)));
+    let _ = req.respond(with_headers(
+        json_response(e.status(), &e.to_json(lang)),
+        cors.headers(),
+    ));
 }
 
 /// What a request needs once its checks passed.
@@ -177,6 +187,9 @@ enum Next {
     /// The Prometheus exposition.
     Metrics(String),
     Run(Box<Admitted>),
+    Observe(Box<Observer>),
+    /// A CORS preflight (or a plain `OPTIONS`): 204 with these headers.
+    Preflight(Vec<Header>),
 }
 
 /// A refusal, in the language chosen so far; `close` when the connection must not be reused
@@ -203,13 +216,14 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
     };
     // The run's ids, once known, are log fields of everything this thread logs until it ends.
     let _fields = crate::logctx::scope();
-    let next = process(app, req);
+    let cors = Cors::of(&app.config, req);
+    let next = process(app, req, &cors);
     let Some(req) = slot.take() else {
         return;
     };
     match next {
         Ok(Next::Json(v)) => {
-            let _ = req.respond(json_response(200, &v));
+            let _ = req.respond(with_headers(json_response(200, &v), cors.headers()));
         }
         Ok(Next::Metrics(text)) => {
             let ctype = "text/plain; version=0.0.4; charset=utf-8";
@@ -218,7 +232,11 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
                     Header::from_bytes("Content-Type", ctype).expect("static header"),
                 ));
         }
-        Ok(Next::Run(admitted)) => stream_run(app, req, *admitted),
+        Ok(Next::Preflight(headers)) => {
+            let _ = req.respond(with_headers(Response::empty(204), headers));
+        }
+        Ok(Next::Run(admitted)) => stream_run(app, req, *admitted, &cors),
+        Ok(Next::Observe(observer)) => stream_observer(app, req, *observer, &cors),
         Err(r) => {
             let socket = if r.close { req.socket() } else { None };
             if let Some(s) = &socket {
@@ -226,7 +244,7 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
                 // of the body before it closes the connection.
                 let _ = s.shutdown(std::net::Shutdown::Read);
             }
-            reply_error(req, &r.error, r.lang);
+            reply_error_with(req, &r.error, r.lang, &cors);
             if let Some(s) = socket {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
@@ -235,13 +253,19 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
 }
 
 /// Every check of a request up to admission, in the order a client sees them.
-fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
+fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refusal> {
     let accept_language = header(req, "Accept-Language").map(String::from);
     let header_lang = Lang::choose(None, accept_language.as_deref());
     let refuse = |e: Error| Refusal::new(e, header_lang);
     check_host(&app.config, req).map_err(refuse)?;
     let path = req.url().split('?').next().unwrap_or("").to_string();
     let route = Route::of(&path);
+    if !matches!(route, Route::Health) {
+        cors.check().map_err(refuse)?;
+        if *req.method() == Method::Options && !matches!(route, Route::Unknown) {
+            return Ok(Next::Preflight(cors.preflight_headers()));
+        }
+    }
     check_method(&route, req.method(), &path).map_err(refuse)?;
     if let Route::Health = route {
         return Ok(Next::Json(serde_json::json!({
@@ -268,6 +292,12 @@ fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
             app.store.active_runs(),
         )));
     }
+    if let Route::Thread(id) = &route {
+        let query = req.url().split_once('?').map_or("", |(_, q)| q);
+        return observe::thread_status(app, id, query, header_lang)
+            .map(Next::Json)
+            .map_err(refuse);
+    }
     check_json_content_type(req).map_err(refuse)?;
     let limit = match route {
         Route::Run => MAX_BODY_BYTES,
@@ -289,15 +319,21 @@ fn process(app: &Arc<App>, req: &mut Request) -> Result<Next, Refusal> {
         .and_then(|()| run::cancel_execution(app, &id, &body))
         .map(Next::Json)
         .map_err(refuse),
+        Route::Subscribe(id) => observe::admit_observer(app, &id, &body, header_lang)
+            .map(|o| Next::Observe(Box::new(o)))
+            .map_err(refuse),
         Route::Run => admit_run(app, req, body, accept_language.as_deref()),
-        Route::Health | Route::Metrics | Route::Unknown => Err(refuse(Error::internal())),
+        Route::Health | Route::Metrics | Route::Thread(_) | Route::Unknown => {
+            Err(refuse(Error::internal()))
+        }
     }
 }
 
 fn check_method(route: &Route, method: &Method, path: &str) -> Result<(), Error> {
     let allowed = match (route, method) {
         (Route::Health | Route::Metrics, Method::Get | Method::Head) => true,
-        (Route::Run | Route::Cancel(_), Method::Post) => true,
+        (Route::Run | Route::Cancel(_) | Route::Subscribe(_), Method::Post) => true,
+        (Route::Thread(_), Method::Get) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
             return Err(Error::invalid(
@@ -351,6 +387,9 @@ enum Route {
     Metrics,
     Run,
     Cancel(String),
+    Subscribe(String),
+    /// The thread lookup; the id percent-decoded.
+    Thread(String),
     Unknown,
 }
 
@@ -362,13 +401,28 @@ impl Route {
             "/health" => Route::Health,
             "/metrics" => Route::Metrics,
             "/" => Route::Run,
-            p => match p
-                .strip_prefix(CANCEL_PREFIX)
-                .and_then(|rest| rest.strip_suffix("/cancel"))
-            {
-                Some(id) if !id.is_empty() && !id.contains('/') => Route::Cancel(id.to_string()),
-                _ => Route::Unknown,
-            },
+            p => {
+                let execution = |suffix: &str| {
+                    p.strip_prefix(CANCEL_PREFIX)
+                        .and_then(|rest| rest.strip_suffix(suffix))
+                        .filter(|id| !id.is_empty() && !id.contains('/'))
+                        .map(String::from)
+                };
+                let thread = p
+                    .strip_prefix(THREADS_PREFIX)
+                    .filter(|id| !id.is_empty() && !id.contains('/'))
+                    .and_then(observe::percent_decode)
+                    .filter(|id| !id.is_empty());
+                if let Some(id) = execution("/cancel") {
+                    Route::Cancel(id)
+                } else if let Some(id) = execution("/subscribe") {
+                    Route::Subscribe(id)
+                } else if let Some(id) = thread {
+                    Route::Thread(id)
+                } else {
+                    Route::Unknown
+                }
+            }
         }
     }
 
@@ -379,6 +433,8 @@ impl Route {
             Route::Metrics => "/metrics",
             Route::Run => "/",
             Route::Cancel(_) => "/extensions/iac-code/v1/executions/{id}/cancel",
+            Route::Subscribe(_) => "/extensions/iac-code/v1/executions/{id}/subscribe",
+            Route::Thread(_) => "/extensions/iac-code/v1/threads/{threadId}",
             Route::Unknown => "(no route)",
         }
     }
@@ -564,8 +620,8 @@ fn admit_run(
 
 /// The run continues on this request thread, which owns the connection; admission already
 /// marked the thread busy, and dropping `admitted` on any failure releases it.
-fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted) {
-    let stream = match SseStream::open(req, app.config.write_timeout) {
+fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted, cors: &Cors) {
+    let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
         Ok(s) => s,
         Err(e) => {
             log::info!("client left before the stream started: {e}");
@@ -574,6 +630,112 @@ fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted) {
     };
     app.heartbeats.register(&stream);
     run::drive(app, admitted, &stream);
+}
+
+/// An observer continues on this request thread, like a run, with heartbeats; it holds no
+/// thread slot, so nothing is freed when it ends.
+fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors) {
+    let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
+        Ok(s) => s,
+        Err(e) => {
+            log::info!("observer left before the stream started: {e}");
+            return;
+        }
+    };
+    app.heartbeats.register(&stream);
+    observe::observe(app, observer, stream);
+}
+
+fn with_headers<R: std::io::Read>(mut resp: Response<R>, headers: Vec<Header>) -> Response<R> {
+    for h in headers {
+        resp.add_header(h);
+    }
+    resp
+}
+
+/// The CORS decision for one request (off unless `--cors-allow-origin` lists the origin).
+/// A request without `Origin`, or whose `Origin` names the request's own `Host` (same origin,
+/// e.g. behind a proxy that keeps the Host), needs no CORS headers.
+enum Cors {
+    None,
+    Allowed(String),
+    Denied,
+}
+
+const CORS_METHODS: &str = "GET, POST, OPTIONS";
+const CORS_HEADERS: &str = "Authorization, Content-Type, Accept, Accept-Language, Last-Event-ID";
+const CORS_MAX_AGE: &str = "600";
+
+impl Cors {
+    fn of(config: &Config, req: &Request) -> Cors {
+        let Some(origin) = header(req, "Origin").map(str::trim) else {
+            return Cors::None;
+        };
+        let authority = origin.split_once("://").map(|(_, a)| a);
+        if authority
+            .is_some_and(|a| header(req, "Host").is_some_and(|h| a.eq_ignore_ascii_case(h.trim())))
+        {
+            return Cors::None;
+        }
+        let allowed = config
+            .cors_allow_origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin));
+        if allowed {
+            Cors::Allowed(origin.to_string())
+        } else {
+            Cors::Denied
+        }
+    }
+
+    /// A page of an origin that is not allowed gets no run (nor anything else but `/health`).
+    fn check(&self) -> Result<(), Error> {
+        match self {
+            Cors::Denied => Err(Error::invalid(
+                "Origin not allowed: start the adapter with --cors-allow-origin for this origin.",
+                "Origin 不被允许：请用 --cors-allow-origin 允许该来源。",
+            )
+            .with_status(403)),
+            _ => Ok(()),
+        }
+    }
+
+    fn headers(&self) -> Vec<Header> {
+        match self {
+            Cors::Allowed(origin) => [
+                Header::from_bytes("Access-Control-Allow-Origin", origin.as_bytes()),
+                Header::from_bytes("Vary", "Origin"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn preflight_headers(&self) -> Vec<Header> {
+        let mut headers = self.headers();
+        let more = match self {
+            Cors::Allowed(_) => vec![
+                ("Access-Control-Allow-Methods", CORS_METHODS),
+                ("Access-Control-Allow-Headers", CORS_HEADERS),
+                ("Access-Control-Max-Age", CORS_MAX_AGE),
+            ],
+            _ => vec![("Allow", CORS_METHODS)],
+        };
+        for (k, v) in more {
+            headers.push(Header::from_bytes(k, v).expect("static header"));
+        }
+        headers
+    }
+
+    /// The same headers as raw lines for the SSE response head.
+    fn head(&self) -> String {
+        self.headers()
+            .iter()
+            .map(|h| format!("{}: {}\r\n", h.field, h.value))
+            .collect()
+    }
 }
 
 /// Constant-time comparison of the presented bearer token. The scheme name is case-insensitive
@@ -630,6 +792,20 @@ mod tests {
         assert!(
             matches!(Route::of("/extensions/iac-code/v1/executions/e1/cancel"), Route::Cancel(id) if id == "e1")
         );
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/executions/e1/subscribe"), Route::Subscribe(id) if id == "e1")
+        );
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/threads/t%201"), Route::Thread(id) if id == "t 1")
+        );
+        for p in [
+            "/extensions/iac-code/v1/threads/",
+            "/extensions/iac-code/v1/threads/a/b",
+            "/extensions/iac-code/v1/threads/%zz",
+            "/extensions/iac-code/v1/executions/subscribe",
+        ] {
+            assert!(matches!(Route::of(p), Route::Unknown), "{p}");
+        }
         assert!(matches!(Route::of("/health"), Route::Health));
         assert!(matches!(Route::of("/"), Route::Run));
     }

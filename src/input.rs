@@ -364,24 +364,26 @@ fn parse_envelope(root_raw: &RawValue, allowed_cwds: &[PathBuf]) -> Result<RunIn
         Some(raw) if kind(raw) == Kind::Null => None,
         _ => string_field(&root, "parentRunId", "parentRunId")?,
     };
-    if root.get("state").is_none() {
-        return Err(missing("state"));
-    }
+    // `state` may be anything, absent or null: the 1.0 schema makes it optional and the official
+    // client leaves a null `agent.state` out of the request (real chat UIs start with one).
     let messages = root.get("messages").ok_or_else(|| missing("messages"))?;
     if kind(messages) != Kind::Array {
         return Err(wrong_type("messages", "an array", "数组"));
     }
-    let tools = root.get("tools").ok_or_else(|| missing("tools"))?;
-    if kind(tools) != Kind::Array {
-        return Err(wrong_type("tools", "an array", "数组"));
+    // `tools` and `context` default to `[]` in the 1.0 schema: absent or null is that default.
+    let defaulted = |key: &str| root.get(key).filter(|raw| kind(raw) != Kind::Null);
+    if let Some(tools) = defaulted("tools") {
+        if kind(tools) != Kind::Array {
+            return Err(wrong_type("tools", "an array", "数组"));
+        }
+        if !tools.get()[1..].trim_start().starts_with(']') {
+            return Err(bad(
+                "`tools` must be an empty array: client-defined tools are not supported.".into(),
+                "`tools` 必须是空数组：暂不支持客户端自定义工具。".into(),
+            ));
+        }
     }
-    if !tools.get()[1..].trim_start().starts_with(']') {
-        return Err(bad(
-            "`tools` must be an empty array: client-defined tools are not supported.".into(),
-            "`tools` 必须是空数组：暂不支持客户端自定义工具。".into(),
-        ));
-    }
-    if kind(root.get("context").ok_or_else(|| missing("context"))?) != Kind::Array {
+    if defaulted("context").is_some_and(|c| kind(c) != Kind::Array) {
         return Err(wrong_type("context", "an array", "数组"));
     }
     let forwarded = object(
@@ -902,15 +904,7 @@ mod tests {
 
     #[test]
     fn envelope_fields_are_required_and_typed() {
-        for key in [
-            "threadId",
-            "runId",
-            "state",
-            "messages",
-            "tools",
-            "context",
-            "forwardedProps",
-        ] {
+        for key in ["threadId", "runId", "messages", "forwardedProps"] {
             let e = err_of(|v| {
                 v.as_object_mut().unwrap().remove(key);
             });
@@ -918,6 +912,21 @@ mod tests {
         }
         assert!(err_of(|v| v["threadId"] = json!("")).contains("threadId"));
         assert!(err_of(|v| v["tools"] = json!([{"name": "x"}])).contains("empty array"));
+        assert!(err_of(|v| v["tools"] = json!({})).contains("tools"));
+        assert!(err_of(|v| v["context"] = json!("x")).contains("context"));
+        assert!(err_of(|v| v["messages"] = json!(null)).contains("messages"));
+    }
+
+    #[test]
+    fn a_missing_or_null_state_tools_or_context_is_the_empty_default() {
+        for key in ["state", "tools", "context"] {
+            let mut v = base();
+            v.as_object_mut().unwrap().remove(key);
+            assert!(parse(&v).is_ok(), "{key} absent");
+            let mut v = base();
+            v[key] = json!(null);
+            assert!(parse(&v).is_ok(), "{key} null");
+        }
     }
 
     #[test]

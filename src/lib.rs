@@ -18,6 +18,7 @@
 //! | `routing` | several pairs: the thread header, unknown threads with history refused |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | [`interrupts`] | input waits as interrupts, resume answers as A2A messages |
+//! | [`observe`] | re-attach after a reload: the thread lookup and the observe stream |
 //! | [`a2a`] | the JSON-RPC client and the `metadata.iac_code` key table |
 //! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
 //! | [`stream`] | the client's SSE response and the heartbeat timer |
@@ -63,6 +64,7 @@ pub mod interrupts;
 pub mod kernel;
 pub mod logctx;
 pub mod metrics;
+pub mod observe;
 pub mod projection;
 pub(crate) mod routing;
 pub mod run;

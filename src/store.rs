@@ -66,6 +66,11 @@ impl RunDigests {
         self.0.len()
     }
 
+    /// The run admitted last on the thread (the run of its current execution, if any).
+    pub fn newest(&self) -> Option<&str> {
+        self.0.last().map(|(k, _)| k.as_str())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

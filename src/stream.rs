@@ -68,6 +68,15 @@ impl SseStream {
         req: tiny_http::Request,
         write_timeout: Duration,
     ) -> std::io::Result<Arc<SseStream>> {
+        SseStream::open_with(req, write_timeout, "")
+    }
+
+    /// [`SseStream::open`] with `extra` header lines (each ending in CRLF) in the head.
+    pub fn open_with(
+        req: tiny_http::Request,
+        write_timeout: Duration,
+        extra: &str,
+    ) -> std::io::Result<Arc<SseStream>> {
         let version = req.http_version();
         let chunked = (version.0, version.1) >= (1, 1);
         let socket = req.socket().map(Arc::new);
@@ -75,12 +84,12 @@ impl SseStream {
             s.set_write_timeout(Some(write_timeout))?;
             let _ = s.set_nodelay(true);
         }
-        SseStream::with(req.into_writer(), socket, chunked, write_timeout)
+        SseStream::with(req.into_writer(), socket, chunked, write_timeout, extra)
     }
 
     /// A chunked stream on a plain writer (no socket: no peeking, heartbeats may block).
     pub fn start(writer: Box<dyn Write + Send>) -> std::io::Result<Arc<SseStream>> {
-        SseStream::with(writer, None, true, Duration::from_secs(60))
+        SseStream::with(writer, None, true, Duration::from_secs(60), "")
     }
 
     fn with(
@@ -88,10 +97,15 @@ impl SseStream {
         socket: Option<Arc<TcpStream>>,
         chunked: bool,
         write_timeout: Duration,
+        extra: &str,
     ) -> std::io::Result<Arc<SseStream>> {
         // The head goes through tiny_http's writer, which waits until earlier (pipelined)
         // responses on this connection are out; from then on the socket is ours.
-        response.write_all(if chunked { HEAD_CHUNKED } else { HEAD_CLOSE })?;
+        let head = if chunked { HEAD_CHUNKED } else { HEAD_CLOSE };
+        let mut bytes = head[..head.len() - 2].to_vec();
+        bytes.extend_from_slice(extra.as_bytes());
+        bytes.extend_from_slice(b"\r\n");
+        response.write_all(&bytes)?;
         response.flush()?;
         let (out, response): (Box<dyn Write + Send>, _) = match &socket {
             Some(s) => (Box::new(SocketWriter(s.clone())), Some(response)),

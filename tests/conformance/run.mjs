@@ -399,6 +399,22 @@ async function scNormalSecondTurn() {
   return { runs: [r1, r2], notes: `second request carried messages [${roles}]` };
 }
 
+/**
+ * A fresh thread as real chat UIs start it: `agent.state = null`. HttpAgent 1.0 leaves null
+ * optional fields out of the request, so the adapter sees no `state` at all (and must not refuse).
+ */
+async function scNullState() {
+  const agent = newAgent(`conf-nullstate-${randomUUID()}`);
+  agent.state = null;
+  addUser(agent, "Create a VPC template");
+  const r = await run(agent, { forwardedProps: forwardedProps("inv-nullstate-1") });
+  expect(r, r.request && !("state" in r.request), `the client sent state=${safeJson(r.request?.state)}`);
+  expect(r, r.request && Array.isArray(r.request.tools) && Array.isArray(r.request.context), "tools/context not sent as arrays");
+  expectSuccess(r);
+  expect(r, r.text === EXPECTED_NORMAL_TEXT, `text ${JSON.stringify(r.text)}`);
+  return { runs: [r], notes: `request keys [${Object.keys(r.request || {}).join(",")}]` };
+}
+
 /** Runs `scenario:<name>` up to its interrupt and returns [agent, run, interrupt]. */
 async function toInterrupt(name, inv) {
   const agent = newAgent(`conf-${name}-${randomUUID()}`);
@@ -911,6 +927,7 @@ async function scSelfCheck() {
 const SCENARIOS = [
   { name: "1 normal turn", fn: scNormal },
   { name: "1b normal second turn on the same thread", fn: scNormalSecondTurn },
+  { name: "1c fresh thread with agent.state = null (no state on the wire)", fn: scNullState },
   { name: "2 permission interrupt + resume allow_once", fn: scPermission },
   { name: "3 question interrupt + resume selectedId", fn: scQuestion },
   { name: "3b selection interrupt + resume selectedId", fn: scSelection },

@@ -57,6 +57,8 @@ struct Task {
     continuation: Option<Continuation>,
     cancelled: Arc<AtomicBool>,
     pipeline: Vec<Value>,
+    /// Every stream item of the task so far, for `SubscribeToTask` (its snapshot and its tail).
+    log: Arc<Mutex<Vec<Value>>>,
 }
 
 #[derive(Default)]

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 /// What the `$…` placeholders of a script stand for in this stream, and the JSON-RPC id.
 pub(crate) struct Vars {
+    /// The task's log of stream items (`SubscribeToTask` and `GetTask` history read it).
+    pub(crate) log: Arc<std::sync::Mutex<Vec<Value>>>,
     pub(crate) task: String,
     pub(crate) ctx: String,
     pub(crate) session: String,
@@ -120,7 +122,9 @@ pub(crate) fn subst(v: &Value, vars: &Vars) -> Value {
 
 /// One SSE event carrying a JSON-RPC `result`.
 pub(crate) fn emit(out: &mut Out, vars: &Vars, result: &Value) -> std::io::Result<()> {
-    let line = json!({"jsonrpc": "2.0", "id": vars.id, "result": subst(result, vars)});
+    let result = subst(result, vars);
+    vars.log.lock().unwrap().push(result.clone());
+    let line = json!({"jsonrpc": "2.0", "id": vars.id, "result": result});
     let mut frame = b"data: ".to_vec();
     frame.extend(serde_json::to_vec(&line).unwrap());
     frame.extend(b"\n\n");

@@ -4,6 +4,7 @@
 use crate::http::respond;
 use crate::{State, Task};
 use serde_json::{json, Value};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,11 +25,7 @@ pub(crate) fn rpc(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io:
     match req["method"].as_str().unwrap_or("") {
         "GetTask" => get_task(state, conn, req),
         "CancelTask" => cancel_task(state, conn, req),
-        "SubscribeToTask" => respond(
-            conn,
-            200,
-            &rpc_error(req, -32001, "Task not found or not streaming"),
-        ),
+        "SubscribeToTask" => subscribe(state, conn, req),
         "SendStreamingMessage" => crate::send::send_streaming(state, conn, req),
         "SendMessage" => respond(conn, 200, &rpc_error(req, -32004, "This fake only streams")),
         _ => respond(conn, 200, &rpc_error(req, -32601, "Method not found")),
@@ -49,9 +46,89 @@ fn task_json(t: &Task) -> Value {
 fn get_task(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
     let id = req["params"]["id"].as_str().unwrap_or("");
     match state.tasks.lock().unwrap().get(id) {
-        Some(t) => respond(conn, 200, &rpc_result(req, task_json(t))),
+        Some(t) => {
+            // As the A2A SDK keeps it: the messages of the task's streams, newest last, the last
+            // `historyLength` of them when given.
+            let mut v = task_json(t);
+            let mut history = history_of(&t.log.lock().unwrap());
+            if let Some(n) = req["params"]["historyLength"].as_u64() {
+                history.drain(..history.len().saturating_sub(n as usize));
+            }
+            if !history.is_empty() {
+                v["history"] = Value::Array(history);
+            }
+            respond(conn, 200, &rpc_result(req, v))
+        }
         None => respond(conn, 200, &rpc_error(req, -32001, "Task not found")),
     }
+}
+
+/// `SubscribeToTask`: for a working task, the task as it is now (its history holds the user
+/// message and every agent message streamed so far), then each later item of its stream until
+/// the turn ends; for any other task, the kernel's "not found" error.
+fn subscribe(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
+    let id = req["params"]["id"].as_str().unwrap_or("");
+    let found = state.tasks.lock().unwrap().get(id).cloned();
+    let Some(task) = found.filter(|t| is_live(&t.state)) else {
+        return respond(
+            conn,
+            200,
+            &rpc_error(req, -32001, "Task not found or not streaming"),
+        );
+    };
+    let (mut snapshot, mut seen) = {
+        let log = task.log.lock().unwrap();
+        let mut t = task_json(&task);
+        t["history"] = Value::Array(history_of(&log));
+        (t, log.len())
+    };
+    snapshot["status"]["state"] = json!("TASK_STATE_WORKING");
+    let mut out = conn;
+    out.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+    )?;
+    let frame = |result: &Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"jsonrpc": "2.0", "id": req["id"], "result": result})
+        )
+    };
+    out.write_all(frame(&json!({"task": snapshot})).as_bytes())?;
+    let until = Instant::now() + Duration::from_secs(600);
+    while Instant::now() < until {
+        let fresh: Vec<Value> = task.log.lock().unwrap()[seen..].to_vec();
+        seen += fresh.len();
+        for item in fresh {
+            out.write_all(frame(&item).as_bytes())?;
+            let st = item
+                .pointer("/statusUpdate/status/state")
+                .and_then(Value::as_str)
+                .unwrap_or("TASK_STATE_WORKING");
+            if !is_live(st) {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+fn is_live(state: &str) -> bool {
+    matches!(state, "TASK_STATE_WORKING" | "TASK_STATE_SUBMITTED")
+}
+
+/// The user message and every agent message a task's streams carried so far.
+fn history_of(log: &[Value]) -> Vec<Value> {
+    let mut history: Vec<Value> = log
+        .iter()
+        .filter_map(|i| i.pointer("/task/history")?.as_array().cloned())
+        .flatten()
+        .collect();
+    history.extend(
+        log.iter()
+            .filter_map(|i| i.pointer("/statusUpdate/status/message").cloned()),
+    );
+    history
 }
 
 /// Marks the task cancelled; the stream playing it notices and ends with `TASK_STATE_CANCELED`.

@@ -136,6 +136,17 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
         "panic" => vec![working_text("before "), working_text("__iac_code_agui_test_panic__"), done()],
         "numbered" => (0..20).map(|i| working_text(&format!("[{i}]"))).chain([done()]).collect(),
         "slow-numbered" => vec![Step::Numbered { count: 100_000, gap_ms: 100 }, done()],
+        // The browser test's slow turn: text, then it waits at the gate named like the scenario
+        // (`console-slow-<tag>`, opened through /__control/open) before it finishes.
+        n if n.starts_with("console-slow-") => vec![
+            working_text("Streaming the first part. "),
+            Step::Sleep(300),
+            status("TASK_STATE_WORKING", json!({"thinking": {"type": "raw_thinking", "text": "Checking the template."}}), None),
+            working_text("Still working. "),
+            Step::Gate(n.to_string()),
+            working_text("Finished after the wait."),
+            done(),
+        ],
         n if n.starts_with("flood-") => vec![Step::Flood(n["flood-".len()..].parse().ok()?), done()],
         _ => return None,
     })

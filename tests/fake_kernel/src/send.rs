@@ -54,7 +54,15 @@ pub(crate) fn send_streaming(
             answer,
             first,
         }) => {
+            let log = state
+                .tasks
+                .lock()
+                .unwrap()
+                .get(&task)
+                .map(|t| t.log.clone())
+                .unwrap_or_default();
             let vars = Vars {
+                log,
                 task,
                 ctx,
                 session,
@@ -156,6 +164,7 @@ fn start_task(state: &State, m: &Value, ctx: &str) -> Result<Accepted, Refusal> 
             continuation: None,
             cancelled: Arc::new(AtomicBool::new(false)),
             pipeline: Vec::new(),
+            log: Arc::default(),
         },
     );
     let first = json!({"task": {"id": id, "contextId": ctx, "status": {"state": "TASK_STATE_SUBMITTED"},

@@ -1,0 +1,494 @@
+//! Re-attach after a reload: the thread lookup and the read-only observe stream.
+//!
+//! A console that reloads has only its thread id (kept in the URL) and the caller identity it
+//! always presents. [`thread_status`] answers `GET /extensions/iac-code/v1/threads/{threadId}`
+//! with the current execution, its state and the pending interrupts exactly as they were
+//! announced, so the page can redraw an approval card and resume. [`admit_observer`] and
+//! [`observe`] serve `POST /extensions/iac-code/v1/executions/{executionId}/subscribe` (the
+//! reference adapter's route and body): `RUN_STARTED`, the session event, the turn so far as one
+//! `MESSAGES_SNAPSHOT`, then the task's live updates through the same [`Projection`] a run uses,
+//! until the first wait or end. An observer never takes the thread, never cancels anything, and
+//! a client that leaves only ends its own stream.
+//!
+//! Who may look (the binding check): the caller presents either `rosInvocationId` equal to the
+//! current execution's, or `userId` equal to the user id the thread is bound to (only when the
+//! thread has one). Anything else, and an unknown thread, is the same 404, so a guessed thread id
+//! reveals nothing. The bearer token (when configured) is checked first, as for `POST /`.
+
+use crate::app::App;
+use crate::error::{Code, Error, Lang};
+use crate::ids;
+use crate::interrupts;
+use crate::projection::{normalize_state, Durable, End, Projection, RunIds};
+use crate::store::{ActiveRun, ThreadDoc};
+use crate::stream::SseStream;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long an observer waits for what the run thread is about to record: the task id of a run
+/// that just started, the interrupts of a run that just reached a wait.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(20);
+
+/// The body keys the reference's subscribe route accepts (`afterSequence` is accepted, unused).
+const SUBSCRIBE_FIELDS: &[&str] = &["threadId", "runId", "rosInvocationId", "afterSequence"];
+
+/// A thread as the store and the thread's slot show it right now.
+struct Snapshot {
+    doc: ThreadDoc,
+    active: Option<Arc<ActiveRun>>,
+}
+
+fn look(app: &App, thread_id: &str) -> Result<Option<Snapshot>, Error> {
+    let slot = app.store.slot(thread_id);
+    let result = (|| {
+        let guard = slot.lock();
+        let doc = app.store.load(thread_id)?;
+        Ok(doc.map(|doc| Snapshot {
+            doc,
+            active: guard.active.clone(),
+        }))
+    })();
+    drop(slot);
+    app.store.release(thread_id);
+    result
+}
+
+fn thread_not_found() -> Error {
+    Error::new(
+        Code::ExecutionNotFound,
+        "The thread was not found for this caller.",
+        "未找到该调用方的 thread。",
+    )
+}
+
+fn not_found() -> Error {
+    Error::new(
+        Code::ExecutionNotFound,
+        "The execution was not found or has no live task to observe.",
+        "未找到该 execution，或其没有可观察的任务。",
+    )
+}
+
+fn identity_changed() -> Error {
+    Error::new(
+        Code::ThreadBindingConflict,
+        "The observed execution's identity does not match (executionId, runId or rosInvocationId).",
+        "被观察 execution 的身份不匹配（executionId、runId 或 rosInvocationId）。",
+    )
+}
+
+/// One `key=value` of a query string, percent-decoded; `None` when absent or empty.
+pub(crate) fn query_param(query: &str, key: &str) -> Option<String> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .find(|(k, _)| percent_decode(k).as_deref() == Some(key))
+        .and_then(|(_, v)| percent_decode(&v.replace('+', " ")))
+        .filter(|v| !v.is_empty())
+}
+
+/// `%XX` decoding of a URL component; `None` when it is not valid UTF-8 or a `%` is malformed.
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The pending interrupts of the current execution, rebuilt from what was persisted before they
+/// were announced: same ids, schemas, metadata and `expiresAt`.
+fn pending_interrupts(doc: &ThreadDoc, lang: Lang) -> Vec<Value> {
+    doc.execution.as_ref().map_or_else(Vec::new, |e| {
+        e.pending
+            .values()
+            .map(|p| {
+                interrupts::to_interrupt(&p.value, p.expires_at.as_deref().unwrap_or(""), lang)
+            })
+            .collect()
+    })
+}
+
+/// `GET /extensions/iac-code/v1/threads/{threadId}?rosInvocationId=…|userId=…`.
+pub fn thread_status(app: &App, thread_id: &str, query: &str, lang: Lang) -> Result<Value, Error> {
+    let ros = query_param(query, "rosInvocationId");
+    let user = query_param(query, "userId");
+    if ros.is_none() && user.is_none() {
+        return Err(Error::invalid(
+            "The thread lookup needs `rosInvocationId` or `userId` (query parameters).",
+            "查询 thread 需要 `rosInvocationId` 或 `userId`（查询参数）。",
+        ));
+    }
+    let Snapshot { doc, active } = look(app, thread_id)?.ok_or_else(thread_not_found)?;
+    let exec = doc.execution.as_ref();
+    let by_ros = ros.is_some() && exec.map(|e| &e.ros_invocation_id) == ros.as_ref();
+    let by_user = user.is_some() && doc.user_id.is_some() && doc.user_id == user;
+    if !by_ros && !by_user {
+        return Err(thread_not_found());
+    }
+    let mut out = json!({"threadId": doc.thread_id, "state": "idle", "interrupts": []});
+    let Some(exec) = exec else {
+        return Ok(out);
+    };
+    out["executionId"] = json!(exec.execution_id);
+    out["rosInvocationId"] = json!(exec.ros_invocation_id);
+    let state = match &active {
+        Some(a) => {
+            out["executionId"] = json!(a.execution_id);
+            "running"
+        }
+        None if !exec.pending.is_empty() => {
+            out["interrupts"] = Value::Array(pending_interrupts(&doc, lang));
+            "waiting"
+        }
+        None => "idle",
+    };
+    out["state"] = json!(state);
+    if state != "idle" {
+        if let Some(run) = doc.run_digests.newest() {
+            out["runId"] = json!(run);
+        }
+    }
+    Ok(out)
+}
+
+/// What an admitted observer watches.
+pub struct Observer {
+    ids: RunIds,
+    lang: Lang,
+    task_id: String,
+    session_id: Option<String>,
+    durable: Durable,
+    /// `Some`: the execution waits for these interrupts (nothing runs upstream).
+    waiting: Option<Vec<Value>>,
+}
+
+fn required(body: &Value, key: &str) -> Option<String> {
+    body.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+}
+
+/// Checks a subscribe request against the thread (the reference's rules) before any byte of
+/// the stream: 400 for a bad body, 404 without a current execution with a task, 409 when the
+/// execution, `rosInvocationId` or `runId` is not the thread's current one.
+pub fn admit_observer(
+    app: &App,
+    execution_id: &str,
+    body: &[u8],
+    lang: Lang,
+) -> Result<Observer, Error> {
+    let bad = || {
+        Error::invalid(
+            "Invalid observation identity: `threadId`, `runId` and `rosInvocationId` are required \
+             non-empty strings (and `afterSequence` the only other key).",
+            "观察身份无效：`threadId`、`runId`、`rosInvocationId` 必须是非空字符串（另仅允许 `afterSequence`）。",
+        )
+    };
+    let v: Value = serde_json::from_slice(body).map_err(|_| bad())?;
+    let obj = v.as_object().ok_or_else(bad)?;
+    if obj.keys().any(|k| !SUBSCRIBE_FIELDS.contains(&k.as_str())) {
+        return Err(bad());
+    }
+    let (thread_id, run_id, ros) = match (
+        required(&v, "threadId"),
+        required(&v, "runId"),
+        required(&v, "rosInvocationId"),
+    ) {
+        (Some(t), Some(r), Some(i)) => (t, r, i),
+        _ => return Err(bad()),
+    };
+    let Snapshot { doc, active } = look(app, &thread_id)?.ok_or_else(not_found)?;
+    let exec = doc.execution.clone().ok_or_else(not_found)?;
+    if exec.execution_id != execution_id
+        || exec.ros_invocation_id != ros
+        || doc.run_digests.get(&run_id).is_none()
+    {
+        return Err(identity_changed());
+    }
+    let live = active.filter(|a| a.execution_id == execution_id);
+    let waiting =
+        (live.is_none() && !exec.pending.is_empty()).then(|| pending_interrupts(&doc, lang));
+    let task_id = match (&live, &exec.task_id) {
+        (Some(a), _) => wait_for_task(a).ok_or_else(not_found)?,
+        (None, Some(t)) if waiting.is_some() => t.clone(),
+        // Ended (or never started upstream): nothing to observe, as in the reference.
+        _ => return Err(not_found()),
+    };
+    Ok(Observer {
+        ids: RunIds {
+            thread_id,
+            run_id,
+            parent_run_id: None,
+            execution_id: exec.execution_id.clone(),
+            context_id: doc.context_id.clone(),
+            ros_invocation_id: ros,
+        },
+        lang,
+        task_id,
+        session_id: doc.iac_code_session_id.clone(),
+        durable: Durable {
+            pipeline_sequence: exec.pipeline_sequence,
+            open_steps: exec.pipeline_open_steps.iter().cloned().collect(),
+            text_digests: Default::default(),
+        },
+        waiting,
+    })
+}
+
+/// The task id of a run that has just started (bounded wait).
+fn wait_for_task(active: &ActiveRun) -> Option<String> {
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        if let Some(t) = active.task_id.lock().clone() {
+            return Some(t);
+        }
+        if Instant::now() >= deadline || active.is_cancelled() {
+            return None;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Runs an observer to its end on the calling thread, writing to `stream`.
+pub fn observe(app: &App, obs: Observer, stream: Arc<SseStream>) {
+    let mut proj = Projection::new(obs.ids.clone(), obs.lang).resuming(
+        &obs.task_id,
+        obs.session_id.as_deref(),
+        obs.durable.clone(),
+    );
+    let mut out = Vec::new();
+    proj.start(&mut out);
+    let finish = match &obs.waiting {
+        Some(interrupts) => {
+            if let Ok(Some(task)) = app.a2a.get_task(&obs.task_id) {
+                out.extend(catch_up(&task));
+            }
+            End::Interrupt(interrupts.clone())
+        }
+        None => {
+            if !stream.send(&out) {
+                return;
+            }
+            out.clear();
+            match follow(app, &obs, &mut proj, &stream) {
+                Some(finish) => finish,
+                None => return, // the client left: its stream is closed, the run goes on
+            }
+        }
+    };
+    proj.finish(&finish, &mut out);
+    stream.send(&out);
+    stream.finish();
+}
+
+/// Reads `SubscribeToTask` into the client until the task reaches a wait or an end. `None`:
+/// the client left.
+fn follow(app: &App, obs: &Observer, proj: &mut Projection, stream: &SseStream) -> Option<End> {
+    let mut out = Vec::new();
+    let mut upstream = match app.a2a.subscribe_to_task(&obs.task_id) {
+        Ok(s) => s,
+        Err(_) => return Some(settled(app, obs)),
+    };
+    let mut first = true;
+    loop {
+        if stream.is_closed() {
+            return None;
+        }
+        let item = match upstream.next_result() {
+            Ok(Some(item)) => item,
+            // Not running any more, or the subscription ended before an end: ask the store
+            // and the kernel what became of it.
+            Ok(None) | Err(_) => return Some(settled(app, obs)),
+        };
+        let item = if first && item.get("task").is_some() {
+            // The task as it is now: its text so far is the catch-up; the projection then
+            // only sees what follows.
+            out.extend(catch_up(&item["task"]));
+            without_text(item)
+        } else {
+            item
+        };
+        first = false;
+        let end = match proj.on_item(&item, &mut out) {
+            Ok(end) => end,
+            Err(e) => Some(End::Failed(e)),
+        };
+        if !upstream.has_buffered() || end.is_some() {
+            if !stream.send(&out) {
+                return None;
+            }
+            out.clear();
+        }
+        match end {
+            None => {}
+            Some(End::Interrupt(_)) => return Some(settled(app, obs)),
+            Some(End::Success) => return Some(End::Success),
+            Some(End::Failed(e)) => return Some(End::Failed(e)),
+        }
+    }
+}
+
+/// A task snapshot without its text (history and status message): what the projection sees of
+/// the subscription's first item once its text went into the catch-up.
+fn without_text(mut item: Value) -> Value {
+    if let Some(task) = item.get_mut("task").and_then(Value::as_object_mut) {
+        task.remove("history");
+        if let Some(status) = task.get_mut("status").and_then(Value::as_object_mut) {
+            status.remove("message");
+        }
+    }
+    item
+}
+
+/// How the observed execution ended, once the run thread recorded it: the interrupts it
+/// persisted (exactly as it announced them), else the kernel's final state of the task.
+fn settled(app: &App, obs: &Observer) -> End {
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    let mut last = None;
+    while Instant::now() < deadline {
+        match look(app, &obs.ids.thread_id) {
+            Ok(Some(snap)) => {
+                let busy = snap
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.execution_id == obs.ids.execution_id);
+                if !busy {
+                    last = Some(snap.doc);
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => return End::Failed(e),
+        }
+        std::thread::sleep(POLL);
+    }
+    if let Some(doc) = &last {
+        let same = doc
+            .execution
+            .as_ref()
+            .is_some_and(|e| e.execution_id == obs.ids.execution_id && !e.pending.is_empty());
+        if same {
+            return End::Interrupt(pending_interrupts(doc, obs.lang));
+        }
+    }
+    let state = app
+        .a2a
+        .task_state(&obs.task_id)
+        .ok()
+        .flatten()
+        .map(|s| normalize_state(&s))
+        .unwrap_or_default();
+    match state.as_str() {
+        "completed" | "input-required" => End::Success,
+        "canceled" | "cancelled" => End::Failed(Error::cancelled()),
+        "failed" | "rejected" | "auth-required" => {
+            End::Failed(Error::a2a_failed("the observed execution failed."))
+        }
+        _ => End::Failed(Error::a2a_unavailable(
+            "the observed task could not be followed to its end",
+        )),
+    }
+}
+
+/// The turn so far as one `MESSAGES_SNAPSHOT`: the task's user message and the agent text
+/// already streamed (its history, then its status message), consecutive parts of one message
+/// joined. Empty when the task has no text yet.
+pub(crate) fn catch_up(task: &Value) -> Option<Value> {
+    let history = task.get("history").and_then(Value::as_array);
+    let status = task.pointer("/status/message");
+    let mut messages: Vec<Value> = Vec::new();
+    for m in history.into_iter().flatten().chain(status) {
+        let role = match m.get("role").and_then(Value::as_str).unwrap_or("") {
+            "ROLE_USER" | "user" => "user",
+            "ROLE_AGENT" | "agent" => "assistant",
+            _ => continue,
+        };
+        let text: String = m
+            .get("parts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect();
+        if text.is_empty() {
+            continue;
+        }
+        let id = m
+            .get("messageId")
+            .and_then(Value::as_str)
+            .unwrap_or("history")
+            .to_string();
+        match messages.last_mut() {
+            Some(last) if last["id"] == id.as_str() && last["role"] == role => {
+                let joined = format!("{}{text}", last["content"].as_str().unwrap_or(""));
+                last["content"] = json!(joined);
+            }
+            _ => messages.push(json!({"id": id, "role": role, "content": text})),
+        }
+    }
+    (!messages.is_empty()).then(
+        || json!({"type": "MESSAGES_SNAPSHOT", "timestamp": ids::now_ms(), "messages": messages}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parameters_are_percent_decoded() {
+        let q = "userId=alice%40example.com&rosInvocationId=inv+1&empty=";
+        assert_eq!(
+            query_param(q, "userId").as_deref(),
+            Some("alice@example.com")
+        );
+        assert_eq!(query_param(q, "rosInvocationId").as_deref(), Some("inv 1"));
+        assert_eq!(query_param(q, "empty"), None);
+        assert_eq!(query_param(q, "missing"), None);
+        assert_eq!(percent_decode("%E4%BD%A0").as_deref(), Some("你"));
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%4"), None);
+    }
+
+    #[test]
+    fn the_catch_up_joins_the_parts_of_each_streamed_message() {
+        let task = json!({"history": [
+            {"messageId": "u1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+            {"messageId": "t-message", "role": "ROLE_AGENT", "parts": [{"text": "Here "}]},
+            {"messageId": "t-message", "role": "ROLE_AGENT", "parts": [{"text": "is "}]},
+            {"messageId": "t-message", "role": "ROLE_AGENT", "parts": []}],
+            "status": {"state": "TASK_STATE_WORKING",
+                "message": {"messageId": "t-message", "role": "ROLE_AGENT", "parts": [{"text": "a VPC"}]}}});
+        let snap = catch_up(&task).unwrap();
+        assert_eq!(snap["type"], "MESSAGES_SNAPSHOT");
+        assert_eq!(
+            snap["messages"],
+            json!([{"id": "u1", "role": "user", "content": "hi"},
+                   {"id": "t-message", "role": "assistant", "content": "Here is a VPC"}])
+        );
+        assert!(catch_up(&json!({"status": {"state": "TASK_STATE_WORKING"}})).is_none());
+    }
+
+    #[test]
+    fn the_first_task_item_reaches_the_projection_without_its_text() {
+        let item =
+            json!({"task": {"id": "t", "history": [1], "status": {"state": "W", "message": {}}}});
+        assert_eq!(
+            without_text(item),
+            json!({"task": {"id": "t", "status": {"state": "W"}}})
+        );
+    }
+}

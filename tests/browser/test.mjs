@@ -1,0 +1,320 @@
+// The example console in a real browser. Started by run.sh, which provides (env):
+//   CHROMIUM, SHOTS, KERNEL_URL (fake kernel, /__control/open?gate=…), NGINX_URL (console at
+//   /console/, adapter behind it), ADAPTER_URL (the same adapter, direct: no CORS flag),
+//   CORS_ADAPTER_URL (an adapter started with --cors-allow-origin NGINX_URL), AGUI_CWD.
+// One line per scenario (PASS / FAIL + reason) and a screenshot per step; exit 1 on any failure.
+import puppeteer from "puppeteer-core";
+import { randomUUID } from "node:crypto";
+
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) throw new Error(`missing env ${k}`);
+  return v;
+};
+const CHROMIUM = env("CHROMIUM");
+const SHOTS = env("SHOTS");
+const KERNEL_URL = env("KERNEL_URL");
+const NGINX_URL = env("NGINX_URL");
+const ADAPTER_URL = env("ADAPTER_URL");
+const CORS_ADAPTER_URL = env("CORS_ADAPTER_URL");
+const CWD = env("AGUI_CWD");
+const WAIT_MS = 15_000;
+const FILTERS = process.argv.slice(2);
+
+let shotNo = 0;
+async function shot(page, name) {
+  shotNo++;
+  const file = `${SHOTS}/${String(shotNo).padStart(2, "0")}-${name}.png`;
+  await page.screenshot({ path: file });
+}
+
+function consoleUrl({ adapter, thread, user } = {}) {
+  const q = new URLSearchParams({ cwd: CWD, user: user || `u-${randomUUID().slice(0, 8)}` });
+  if (adapter) q.set("adapter", adapter);
+  return `${NGINX_URL}/console/?${q}#thread=${encodeURIComponent(thread || `bt-${randomUUID()}`)}`;
+}
+
+async function openGate(gate) {
+  const r = await fetch(`${KERNEL_URL}/__control/open?gate=${encodeURIComponent(gate)}`, { method: "POST" });
+  if (!r.ok) throw new Error(`gate ${gate}: HTTP ${r.status}`);
+}
+
+async function kernelSaw(text) {
+  const all = await (await fetch(`${KERNEL_URL}/__control/requests`)).json();
+  return all.some((r) => JSON.stringify(r.body?.params?.message?.parts || []).includes(text));
+}
+
+const status = (page) => page.$eval("#status", (e) => e.dataset.state);
+const notice = (page) => page.$eval("#notice", (e) => e.textContent);
+const assistantText = (page) => page.$$eval(".msg.assistant", (els) => els.map((e) => e.textContent).join(""));
+
+async function waitStatus(page, state, what = state) {
+  try {
+    await page.waitForFunction((s) => document.getElementById("status").dataset.state === s, { timeout: WAIT_MS, polling: 100 }, state);
+  } catch {
+    throw new Error(`status never became ${what} (is ${await status(page)}; notice "${await notice(page)}")`);
+  }
+}
+
+async function waitText(page, text) {
+  try {
+    await page.waitForFunction(
+      (t) => [...document.querySelectorAll(".msg.assistant")].some((e) => e.textContent.includes(t)),
+      { timeout: WAIT_MS, polling: 100 },
+      text,
+    );
+  } catch {
+    throw new Error(`assistant text never showed ${JSON.stringify(text)} (shows ${JSON.stringify(await assistantText(page))})`);
+  }
+}
+
+async function send(page, text) {
+  await page.type("#input", text);
+  await page.click("#send");
+}
+
+function check(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+// ---- scenarios ------------------------------------------------------------------------------------
+
+async function streamedTurn(browser) {
+  const page = await browser.newPage();
+  const encodings = [];
+  page.on("response", (r) => {
+    if (r.request().method() === "POST" && new URL(r.url()).pathname === "/") encodings.push(r.headers()["content-encoding"] || "none");
+  });
+  await page.goto(consoleUrl());
+  await send(page, "scenario:console-slow-stream");
+  // The first words show while the run is still going: nginx passes the stream through.
+  await waitText(page, "Still working.");
+  check((await status(page)) === "running", "not running while streaming");
+  check(await page.$(".msg.reasoning"), "no reasoning shown");
+  await shot(page, "streaming-mid-run");
+  await openGate("console-slow-stream");
+  await waitText(page, "Finished after the wait.");
+  await waitStatus(page, "done");
+  check(encodings.length === 1 && encodings[0] === "none", `SSE through nginx was encoded: ${encodings}`);
+  await send(page, "scenario:tools-artifact");
+  await page.waitForSelector(".tool .result", { timeout: WAIT_MS, polling: 100 });
+  await waitStatus(page, "done");
+  const tool = await page.$eval(".tool", (e) => e.textContent);
+  check(tool.includes("write_file") && tool.includes("/w/a.txt"), `tool card: ${tool}`);
+  await shot(page, "streamed-turn-and-tool-call");
+  await page.close();
+  return "text streamed mid-run, reasoning and tool call shown, no gzip on the SSE";
+}
+
+async function approve(browser, choice) {
+  const page = await browser.newPage();
+  await page.goto(consoleUrl());
+  await send(page, "scenario:permission");
+  await waitStatus(page, "waiting");
+  await page.waitForSelector("#approval.shown", { timeout: WAIT_MS });
+  const card = await page.$eval("#approval", (e) => e.textContent);
+  check(card.includes("Change a workspace file"), `approval card: ${card}`);
+  await shot(page, `approval-card-before-${choice}`);
+  await page.click(`#approval button[data-choice="${choice}"]`);
+  await waitStatus(page, "done");
+  check(!(await page.$("#approval.shown")), "the card stayed after the answer");
+  if (choice === "deny") await waitText(page, "I did not write the file");
+  await shot(page, `after-${choice}`);
+  await page.close();
+  return `answered ${choice}`;
+}
+
+async function stop(browser) {
+  const page = await browser.newPage();
+  await page.goto(consoleUrl());
+  await send(page, "scenario:console-slow-stop");
+  await waitText(page, "Still working.");
+  await page.waitForFunction(() => !document.getElementById("stop").disabled, { timeout: WAIT_MS, polling: 100 });
+  await page.click("#stop");
+  await waitStatus(page, "stopped");
+  check((await notice(page)) === "", `a Stop shows an error: ${await notice(page)}`);
+  await shot(page, "stopped");
+  await page.close();
+  return "Stop shows as stopped, not as a failure";
+}
+
+async function stopWhileWaiting(browser) {
+  const page = await browser.newPage();
+  await page.goto(consoleUrl());
+  await send(page, "scenario:permission");
+  await page.waitForSelector("#approval.shown", { timeout: WAIT_MS });
+  await page.click("#stop");
+  await waitStatus(page, "stopped");
+  check(!(await page.$("#approval.shown")), "the card stayed after Stop");
+  await send(page, "scenario:normal");
+  await waitStatus(page, "done");
+  await page.close();
+  return "Stop ended the waiting execution; the next turn ran";
+}
+
+async function twoTabs(browser) {
+  const url = consoleUrl();
+  const a = await browser.newPage();
+  await a.goto(url);
+  await send(a, "scenario:console-slow-tabs");
+  await waitText(a, "Still working.");
+  const b = await browser.newPage();
+  await b.goto(url);
+  await waitStatus(b, "running", "running (the second tab observing)");
+  await send(b, "another question");
+  try {
+    await b.waitForFunction(() => document.getElementById("notice").textContent.includes("THREAD_BUSY"), { timeout: WAIT_MS, polling: 100 });
+  } catch {
+    throw new Error(`second tab shows no THREAD_BUSY (notice "${await notice(b)}")`);
+  }
+  await shot(b, "second-tab-thread-busy");
+  await openGate("console-slow-tabs");
+  await waitStatus(a, "done");
+  await waitText(b, "Finished after the wait.");
+  await a.close();
+  await b.close();
+  return "THREAD_BUSY shown in the second tab, which still saw the run finish";
+}
+
+async function reloadMidRun(browser) {
+  const page = await browser.newPage();
+  await page.goto(consoleUrl());
+  await send(page, "scenario:console-slow-reload");
+  await waitText(page, "Still working.");
+  await page.reload();
+  // The spec's rule: a client that leaves an active run cancels it (a detach grace is issue 18).
+  // The reloaded page re-attaches if the run is still winding down, and shows the end as a
+  // stop, not as a failure; the thread takes the next message at once (no THREAD_BUSY).
+  await page.waitForFunction(
+    () => ["idle", "stopped"].includes(document.getElementById("status").dataset.state),
+    { timeout: WAIT_MS, polling: 100 },
+  );
+  const after = await status(page);
+  await shot(page, "reloaded-mid-run");
+  await send(page, "scenario:normal");
+  await waitStatus(page, "done");
+  check(!(await notice(page)).includes("THREAD_BUSY"), "THREAD_BUSY after the reload");
+  await shot(page, "next-turn-after-reload");
+  await page.close();
+  return `after the reload: ${after}; the next turn ran at once`;
+}
+
+async function observeMidRun(browser) {
+  // The run's own page stays open; a reloaded or second page re-attaches through the lookup and
+  // the observe route, gets the turn so far as a snapshot, and sees it finish.
+  const url = consoleUrl();
+  const a = await browser.newPage();
+  await a.goto(url);
+  await send(a, "scenario:console-slow-observe");
+  await waitText(a, "Still working.");
+  const b = await browser.newPage();
+  await b.goto(url);
+  await waitText(b, "Streaming the first part.");
+  await waitStatus(b, "running");
+  const user = await b.$$eval(".msg.user", (els) => els.map((e) => e.textContent));
+  check(user.includes("scenario:console-slow-observe"), `user message not redrawn: ${user}`);
+  await shot(b, "observer-caught-up-mid-run");
+  for (let i = 0; i < 3; i++) {
+    await b.reload();
+    await waitText(b, "Still working.");
+  }
+  await openGate("console-slow-observe");
+  await waitText(b, "Finished after the wait.");
+  await waitStatus(b, "done");
+  await waitStatus(a, "done");
+  check((await assistantText(a)) === (await assistantText(b)), "the observer's text differs from the run's");
+  await shot(b, "observer-saw-the-run-finish");
+  await a.close();
+  await b.close();
+  return "caught up mid-run (and again after 3 reloads of the observer), saw the finish, same text";
+}
+
+async function reloadDuringApproval(browser) {
+  const page = await browser.newPage();
+  await page.goto(consoleUrl());
+  await send(page, "scenario:permission");
+  await page.waitForSelector("#approval.shown", { timeout: WAIT_MS });
+  await page.reload();
+  await page.waitForSelector("#approval.shown", { timeout: WAIT_MS });
+  await waitStatus(page, "waiting");
+  await shot(page, "approval-redrawn-after-reload");
+  await page.click('#approval button[data-choice="allow"]');
+  await waitStatus(page, "done");
+  await page.close();
+  return "the card came back after the reload and the answer was accepted";
+}
+
+async function crossOriginWithoutFlag(browser) {
+  const page = await browser.newPage();
+  const marker = `no-cors-${randomUUID().slice(0, 8)}`;
+  await page.goto(consoleUrl({ adapter: ADAPTER_URL }));
+  await send(page, marker);
+  await waitStatus(page, "error");
+  const n = await notice(page);
+  check(/fetch/i.test(n), `notice: ${n}`);
+  check(!(await kernelSaw(marker)), "the run reached the kernel");
+  await shot(page, "cross-origin-refused");
+  await page.close();
+  return `refused in the browser ("${n}") and no run started`;
+}
+
+async function crossOriginWithFlag(browser) {
+  const page = await browser.newPage();
+  await page.goto(consoleUrl({ adapter: CORS_ADAPTER_URL }));
+  await send(page, "scenario:permission");
+  await page.waitForSelector("#approval.shown", { timeout: WAIT_MS });
+  await page.reload();
+  await page.waitForSelector("#approval.shown", { timeout: WAIT_MS });
+  await page.click('#approval button[data-choice="allow"]');
+  await waitStatus(page, "done");
+  await shot(page, "cross-origin-allowed");
+  await page.close();
+  return "run, reload, lookup, observe and resume all work from the other origin";
+}
+
+const SCENARIOS = [
+  ["streamed turn (text, reasoning, tool call) through nginx", streamedTurn],
+  ["approval: Allow", (b) => approve(b, "allow")],
+  ["approval: Deny", (b) => approve(b, "deny")],
+  ["Stop", stop],
+  ["Stop while an approval waits", stopWhileWaiting],
+  ["two tabs on one thread", twoTabs],
+  ["reload mid-run", reloadMidRun],
+  ["re-attach mid-run, observer reloads, sees the finish", observeMidRun],
+  ["reload during an approval, then answer", reloadDuringApproval],
+  ["cross-origin without --cors-allow-origin", crossOriginWithoutFlag],
+  ["cross-origin with --cors-allow-origin", crossOriginWithFlag],
+];
+
+async function main() {
+  const t0 = Date.now();
+  const browser = await puppeteer.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1000,720"],
+    defaultViewport: { width: 1000, height: 720 },
+  });
+  let failed = 0;
+  for (const [name, fn] of SCENARIOS) {
+    if (FILTERS.length && !FILTERS.some((f) => name.includes(f))) continue;
+    const started = Date.now();
+    try {
+      const notes = await fn(browser);
+      console.log(`PASS  ${name} (${Date.now() - started} ms) — ${notes}`);
+    } catch (e) {
+      failed++;
+      console.log(`FAIL  ${name} (${Date.now() - started} ms) — ${e?.message || e}`);
+      for (const p of await browser.pages()) {
+        if (p.url().startsWith(NGINX_URL)) await shot(p, "failure").catch(() => {});
+      }
+    }
+  }
+  await browser.close();
+  console.log(`${SCENARIOS.length - failed} passed, ${failed} failed in ${((Date.now() - t0) / 1000).toFixed(1)} s; screenshots in ${SHOTS}`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => {
+  console.log(`FAIL  harness: ${e?.stack || e}`);
+  process.exit(1);
+});
