@@ -2,7 +2,7 @@
 # The whole test suite, as CI runs it. Installs what it needs (npm ci, a Python venv) on the way.
 #   bash tests/run-all.sh
 # Parts can be skipped for a quick local loop: SKIP_REAL_KERNEL=1, SKIP_CONFORMANCE=1,
-# SKIP_STATIC=1, SKIP_BROWSER=1; LOAD_SECS sets the load test's duration (default 60).
+# SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_PAIRS=1; LOAD_SECS sets the load test's duration (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
@@ -47,6 +47,15 @@ fi
 if [ -z "${SKIP_REAL_KERNEL:-}" ]; then
   step "end to end: the real iac-code 0.16.0 kernel"
   bash tests/real_kernel/run.sh
+fi
+
+if [ -z "${SKIP_PAIRS:-}" ]; then
+  step "several pairs behind HAProxy: 300 threads, a pair killed and restarted, a pair added"
+  bash tests/pairs/run.sh
+  if [ -z "${SKIP_REAL_KERNEL:-}" ]; then
+    step "several pairs behind HAProxy, once with the real kernel"
+    PAIRS_REAL_KERNEL=1 bash tests/pairs/run.sh
+  fi
 fi
 
 if [ -z "${SKIP_STATIC:-}" ]; then

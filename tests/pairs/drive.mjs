@@ -149,6 +149,9 @@ async function turn(agent, { text, resume, onSession } = {}) {
     r.status = e.status;
     r.code = r.code || e.payload?.error?.code;
     r.message = e.payload?.error?.message || String(e.message);
+    // A transport failure (no HTTP status): keep undici's cause and the client port, to find the
+    // connection in haproxy.log (kept with the other logs when the run fails).
+    if (e.cause) r.cause = { code: e.cause.code, message: e.cause.message, at: new Date().toISOString(), localPort: e.cause.socket?.localPort };
     if (e.status) agent.messages.splice(before);
   } finally {
     clearTimeout(timer);

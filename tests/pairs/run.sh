@@ -2,10 +2,16 @@
 # Several adapter + kernel pairs behind Debian's HAProxy, driven by the official @ag-ui/client.
 #
 #   bash tests/pairs/run.sh            (SKIP_PAIRS=1 skips it; PAIRS_THREADS=300 by default)
+#   PAIRS_REAL_KERNEL=1 bash tests/pairs/run.sh
+#                                      the one pass with the real kernel (PAIRS_THREADS=6 by
+#                                      default; REAL_KERNEL_VENV, default target/real-kernel-venv,
+#                                      from tests/real_kernel/setup.sh)
 #
 # Starts on 127.0.0.1: four fake kernels, pairs 1-3 through contrib/deploy/pairs.sh (--pair-mode,
 # each its own port, config dir and state dir), and HAProxy with contrib/deploy/haproxy.cfg (ports
 # rewritten). Then drive.mjs runs the scenario (see its header) and exits non-zero on any failure.
+# With PAIRS_REAL_KERNEL=1: tests/real_kernel/fake_llm.py and three pairs whose adapters supervise
+# their own `iac-code a2a` (pairs.sh's managed kernels), driven by drive-real.mjs.
 # Everything it started is stopped on exit; logs of a failed run are kept under $TMPDIR.
 set -euo pipefail
 
@@ -16,6 +22,12 @@ cd "$ROOT"
 START=$(date +%s)
 command -v haproxy >/dev/null || { echo "haproxy not installed (apt-get install -y haproxy)" >&2; exit 1; }
 
+REAL="${PAIRS_REAL_KERNEL:-}"
+VENV="${REAL_KERNEL_VENV:-$ROOT/target/real-kernel-venv}"
+if [ -n "$REAL" ] && [ ! -x "$VENV/bin/iac-code" ]; then
+  echo "no real kernel in $VENV (bash tests/real_kernel/setup.sh installs it; or set REAL_KERNEL_VENV)" >&2
+  exit 1
+fi
 cargo build --quiet --examples --bins
 if [ ! -d "$HERE/node_modules/@ag-ui/client" ]; then
   (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error)
@@ -31,8 +43,10 @@ export AGUI_ARGS="--heartbeat-interval 1"
 cleanup() {
   set +e
   [ -f "$WORK/haproxy.pid" ] && kill "$(cat "$WORK/haproxy.pid")" 2>/dev/null
+  [ -f "$WORK/llm.pid" ] && kill "$(cat "$WORK/llm.pid")" 2>/dev/null
   for i in 1 2 3 4; do
     p="$(cat "$PAIRS_ROOT/pair-$i/adapter.pid" 2>/dev/null)"
+    # SIGTERM: the adapter stops its managed kernel (which also dies with it on SIGKILL).
     [ -n "$p" ] && kill "$p" 2>/dev/null
     k="$(cat "$WORK/kernel-$i.pid" 2>/dev/null)"
     # A kernel may be frozen (SIGSTOP) by the test: thaw it so it can die.
@@ -57,10 +71,31 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for _ in $(seq 1 50); do
   BASE=$(( 20000 + RANDOM % 12000 ))  # below the ephemeral range (32768-)
   ok=1
-  for o in 0 1 2 3 4 99; do port_free $((BASE + o)) || ok=0; done
+  for o in 0 1 2 3 4 98 99; do port_free $((BASE + o)) || ok=0; done
   [ "$ok" = 1 ] && break
 done
 export BASE_PORT="$BASE"
+
+if [ -n "$REAL" ]; then
+  # The real kernels' LLM: scripted (stdlib only), on BASE+98. Their sessions and A2A state go to
+  # each pair's config dir (pairs.sh sets IAC_CODE_CONFIG_DIR); HOME is the test's own.
+  mkdir -p "$WORK/home"
+  python3 tests/real_kernel/fake_llm.py --port $((BASE + 98)) --log "$WORK/llm-requests.jsonl" >"$WORK/llm.log" 2>&1 &
+  echo $! >"$WORK/llm.pid"
+  for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$((BASE + 98))/v1/models" >/dev/null 2>&1 && break; sleep 0.1; done
+  export HOME="$WORK/home" IAC_CODE_PROVIDER="OpenAI Compatible" IAC_CODE_MODEL=fake-model \
+    IAC_CODE_BASE_URL="http://127.0.0.1:$((BASE + 98))/v1" IAC_CODE_API_KEY=sk-fake-local-test \
+    DISABLE_TELEMETRY=1 IAC_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 NO_PROXY=127.0.0.1,localhost \
+    no_proxy=127.0.0.1,localhost PYTHONUNBUFFERED=1 A2A_COMMAND="$VENV/bin/iac-code a2a"
+  unset A2A_URLS
+  bash contrib/deploy/pairs.sh start 3
+  set +e
+  WORK="$WORK" CWD="$WORK/workspace" ROOT="$ROOT" PAIRS_THREADS="${PAIRS_THREADS:-6}" \
+    timeout 240 node "$HERE/drive-real.mjs"
+  RC=$?
+  set -e
+  exit "$RC"
+fi
 
 URLS=""
 for i in 1 2 3 4; do

@@ -136,6 +136,12 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
         "panic" => vec![working_text("before "), working_text("__iac_code_agui_test_panic__"), done()],
         "numbered" => (0..20).map(|i| working_text(&format!("[{i}]"))).chain([done()]).collect(),
         "slow-numbered" => vec![Step::Numbered { count: 100_000, gap_ms: 100 }, done()],
+        // `count` text events whose text is `$NOW` (the fake's clock at emit time, µs), ~5 ms apart:
+        // per-event latency through a proxy against direct (benches/pairs.mjs).
+        n if n.starts_with("clock-") => (0..n["clock-".len()..].parse().ok()?)
+            .flat_map(|_| [working_text("$NOW"), Step::Sleep(1)])
+            .chain([done()])
+            .collect(),
         // The browser test's slow turn: text, then it waits at the gate named like the scenario
         // (`console-slow-<tag>`, opened through /__control/open) before it finishes.
         n if n.starts_with("console-slow-") => vec![

@@ -1,0 +1,225 @@
+#!/usr/bin/env node
+// The one pass with the REAL kernel (PAIRS_REAL_KERNEL=1 bash tests/pairs/run.sh): three pairs, each
+// an adapter supervising its own `iac-code a2a` 0.16.0 (contrib/deploy/pairs.sh, --pair-mode), the
+// LLM scripted by tests/real_kernel/fake_llm.py, HAProxy with contrib/deploy/haproxy.cfg in front,
+// driven by @ag-ui/client.
+//
+//  1. PAIRS_THREADS (6) threads x 2 turns; turn 2 of one thread is a write_file permission
+//     interrupt answered by a resume (allow_once: the file is written). Every thread is held by one
+//     pair (state dirs) and has a context in its own kernel's persistence dir (contexts/) only.
+//  2. One thread of the pair with the most threads is left on a pending permission interrupt; that
+//     pair is killed (adapter and kernel SIGKILL). Its threads get 503 STATE_UNAVAILABLE (a new
+//     turn and the resume alike); the other kernels' contexts/ do not change; their threads go on.
+//  3. The pair restarts in place (pairs.sh start-one: same config and state dirs): the kernel
+//     restores from its own disk, the pending interrupt is resumed (the file is written), every
+//     thread continues on its own session (contexts/ unchanged).
+// Prints one line per check and exits 1 on any failure.
+
+import { createHash, randomUUID } from "node:crypto";
+import { execFileSync, spawn } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { HttpAgent } from "@ag-ui/client";
+
+const WORK = process.env.WORK;
+const ROOT = process.env.ROOT;
+const WS = process.env.CWD;
+const BASE = Number(process.env.BASE_PORT);
+const N = Number(process.env.PAIRS_THREADS || "6");
+const PROXY = `http://127.0.0.1:${BASE}`;
+const t0 = Date.now();
+let failures = 0;
+const log = (s) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s] ${s}`);
+function check(ok, what) {
+  log(`${ok ? "PASS" : "FAIL"}  ${what}`);
+  if (!ok) failures++;
+  return ok;
+}
+const warnings = [];
+console.warn = (...a) => warnings.push(a.join(" "));
+console.error = () => {};
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const pairDir = (i) => path.join(WORK, "pairs", `pair-${i}`);
+const pairsSh = (...args) => execFileSync("bash", [path.join(ROOT, "contrib/deploy/pairs.sh"), ...args], { stdio: "pipe" }).toString().trim();
+const contextId = (thread) => "agui-" + createHash("sha256").update(thread).digest("hex").slice(0, 40);
+
+/** The thread ids pair `i` holds, from its own state dir. */
+function held(i) {
+  const dir = path.join(pairDir(i), "agui", "threads");
+  if (!fs.existsSync(dir)) return new Set();
+  return new Set(fs.readdirSync(dir).filter((f) => f.endsWith(".json")).map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), "utf8")).threadId));
+}
+
+/** The kernel's own context records (`<config>/a2a/contexts/<contextId>.json`): contextId -> file text. */
+function contexts(i) {
+  const dir = path.join(pairDir(i), "config", "a2a", "contexts");
+  if (!fs.existsSync(dir)) return new Map();
+  return new Map(fs.readdirSync(dir).map((f) => [f.replace(/\.json$/, ""), fs.readFileSync(path.join(dir, f), "utf8")]));
+}
+const sessionOf = (text) => JSON.parse(text).session_id ?? JSON.parse(text).sessionId ?? text;
+
+/** A process and its descendants, from /proc. */
+function tree(pid) {
+  const out = [pid];
+  try {
+    for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+      const kids = fs.readFileSync(`/proc/${pid}/task/${t}/children`, "utf8").trim();
+      for (const k of kids ? kids.split(" ") : []) out.push(...tree(Number(k)));
+    }
+  } catch {}
+  return out;
+}
+
+let haproxy = null;
+async function startHaproxy() {
+  let cfg = fs.readFileSync(path.join(ROOT, "contrib/deploy/haproxy.cfg"), "utf8");
+  const mapFile = path.join(WORK, "threads.map");
+  fs.writeFileSync(mapFile, "");
+  cfg = cfg
+    .replaceAll("/etc/haproxy/agui-threads.map", mapFile)
+    .replace("log stdout format raw local0 notice", "log stderr format raw local0 info")
+    .replace(/maxconn \d+/, "maxconn 1000")
+    .replace(/127\.0\.0\.1:413(\d\d)/g, (_, n) => `127.0.0.1:${BASE + Number(n)}`);
+  const file = path.join(WORK, "haproxy.cfg");
+  fs.writeFileSync(file, cfg);
+  const out = fs.openSync(path.join(WORK, "haproxy.log"), "a");
+  haproxy = spawn("haproxy", ["-db", "-f", file], { stdio: ["ignore", out, out] });
+  fs.writeFileSync(path.join(WORK, "haproxy.pid"), String(haproxy.pid));
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await fetch(`${PROXY}/health`)).ok) return;
+    } catch {}
+    await sleep(50);
+  }
+  throw new Error("HAProxy did not start");
+}
+
+/** One run through @ag-ui/client: `{ok, outcome, status, code, message, types}`. */
+async function turn(agent, { text, resume } = {}) {
+  const before = agent.messages.length;
+  if (text) agent.addMessage({ id: `u-${randomUUID()}`, role: "user", content: text });
+  const r = { ok: false, types: [], outcome: null };
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), 90_000);
+  try {
+    await agent.runAgent(
+      {
+        forwardedProps: { iacCode: { schemaVersion: 1, rosInvocationId: `inv-${agent.threadId}`, cwd: WS } },
+        resume,
+        runId: `run-${randomUUID()}`,
+        abortController: controller,
+      },
+      {
+        onEvent: ({ event }) => r.types.push(event.type),
+        onRunFinishedEvent: (p) => (r.outcome = p.outcome),
+        onRunErrorEvent: ({ event }) => ((r.code = event.code), (r.message = event.message)),
+      },
+    );
+    r.ok = r.outcome !== null && !r.code;
+  } catch (e) {
+    r.status = e.status;
+    r.code = r.code || e.payload?.error?.code;
+    r.message = e.payload?.error?.message || String(e.message);
+    if (e.cause) r.cause = `${e.cause.code} ${e.cause.message}`;
+    if (e.status) agent.messages.splice(before);
+  } finally {
+    clearTimeout(timer);
+  }
+  return r;
+}
+const allow = (agent) => [{ interruptId: agent.pendingInterrupts[0].id, status: "resolved", payload: { decision: "allow_once" } }];
+const text = () => `Describe a VPC template. [[cwd=${WS}]]`;
+const write = (dir) => `Please write hello.txt in the workspace. [[cwd=${dir}]]`;
+const brief = (r) => JSON.stringify({ ok: r.ok, outcome: r.outcome, status: r.status, code: r.code, message: r.message?.slice(0, 120), cause: r.cause });
+
+async function main() {
+  await startHaproxy();
+  log(`HAProxy on ${PROXY}, real-kernel pairs on ${BASE + 1}-${BASE + 3}, ${N} threads x 2 turns`);
+  const agents = Array.from({ length: N }, (_, i) => new HttpAgent({ url: `${PROXY}/`, threadId: `real${i}-${randomUUID()}` }));
+
+  // 1. traffic
+  const t1 = await Promise.all(agents.map((a) => turn(a, { text: text() })));
+  check(t1.every((r) => r.ok && r.outcome === "success"), `turn 1 of ${N} threads through HAProxy${t1.some((r) => !r.ok) ? ": " + brief(t1.find((r) => !r.ok)) : ""}`);
+  const owner = new Map(agents.map((a) => [a.threadId, [1, 2, 3].filter((p) => held(p).has(a.threadId))]));
+  check([...owner.values()].every((o) => o.length === 1), "every thread is held by exactly one pair (state dirs)");
+  const ownerOf = (a) => owner.get(a.threadId)[0];
+  const counts = [1, 2, 3].map((p) => agents.filter((a) => ownerOf(a) === p).length);
+  log(`      threads per pair: ${counts.join(" / ")}`);
+  for (const p of [1, 2, 3]) {
+    const mine = new Set(agents.filter((a) => ownerOf(a) === p).map((a) => contextId(a.threadId)));
+    const ctx = [...contexts(p).keys()];
+    check(ctx.length === mine.size && ctx.every((c) => mine.has(c)), `kernel ${p} has a context for its own pair's ${mine.size} threads only (contexts/: ${ctx.length})`);
+  }
+  const victim = [1, 2, 3].reduce((a, b) => (counts[b - 1] > counts[a - 1] ? b : a));
+  const permThread = agents.find((a) => ownerOf(a) !== victim);
+  const t2 = await Promise.all(
+    agents.map(async (a) => {
+      if (a !== permThread) return turn(a, { text: text() });
+      const dir = path.join(WS, "perm");
+      fs.mkdirSync(dir, { recursive: true });
+      const r1 = await turn(a, { text: write(dir) });
+      if (r1.outcome !== "interrupt") return { ...r1, ok: false, why: "no interrupt" };
+      const r2 = await turn(a, { resume: allow(a) });
+      const written = fs.existsSync(path.join(dir, "hello.txt"));
+      return { ...r2, ok: r2.ok && r2.outcome === "success" && r2.types.includes("TOOL_CALL_RESULT") && written };
+    }),
+  );
+  check(t2.every((r) => r.ok), `turn 2 of ${N} threads (one write_file permission interrupt + resume allow_once, file written)${t2.some((r) => !r.ok) ? ": " + brief(t2.find((r) => !r.ok)) : ""}`);
+
+  // 2. kill the pair with the most threads, one of its threads on a pending interrupt
+  const mine = agents.filter((a) => ownerOf(a) === victim);
+  const others = agents.filter((a) => ownerOf(a) !== victim);
+  const parked = mine[0];
+  const parkedDir = path.join(WS, "parked");
+  fs.mkdirSync(parkedDir, { recursive: true });
+  const p1 = await turn(parked, { text: write(parkedDir) });
+  check(p1.outcome === "interrupt", `a thread of pair ${victim} waits on a permission interrupt`);
+  const pending = allow(parked);
+  const before = [1, 2, 3].map(contexts);
+  const pids = tree(Number(fs.readFileSync(path.join(pairDir(victim), "adapter.pid"), "utf8")));
+  for (const pid of pids) process.kill(pid, "SIGKILL");
+  for (let i = 0; i < 100 && pids.some((pid) => fs.existsSync(`/proc/${pid}`)); i++) await sleep(50);
+  fs.rmSync(path.join(pairDir(victim), "adapter.pid"), { force: true });
+  log(`      pair ${victim} killed: adapter and kernel SIGKILL (pids ${pids.join(", ")})`);
+  const step = (a) => (a === parked ? turn(a, { resume: pending }) : turn(a, { text: text() }));
+  const dead = await Promise.all(mine.map(step));
+  const live = await Promise.all(others.map(step));
+  check(
+    dead.every((r) => r.status === 503 && r.code === "STATE_UNAVAILABLE"),
+    `the ${dead.length} threads of the dead pair get 503 STATE_UNAVAILABLE, the pending resume included (${dead[0]?.message})${dead.some((r) => r.status !== 503) ? ": " + brief(dead.find((r) => r.status !== 503)) : ""}`,
+  );
+  check(live.every((r) => r.ok && r.outcome === "success"), `the ${live.length} threads of the other pairs go on${live.some((r) => !r.ok) ? ": " + brief(live.find((r) => !r.ok)) : ""}`);
+  const after = [1, 2, 3].map(contexts);
+  const same = (x, y) => x.size === y.size && [...x.keys()].every((k) => y.has(k) && sessionOf(x.get(k)) === sessionOf(y.get(k)));
+  check(
+    [1, 2, 3].filter((p) => p !== victim).every((p) => same(before[p - 1], after[p - 1])),
+    "no new kernel session on the other pairs (their contexts/ unchanged, same sessions)",
+  );
+  check(![1, 2, 3].filter((p) => p !== victim).some((p) => mine.some((a) => held(p).has(a.threadId))), "no other pair holds a thread of the dead pair");
+
+  // 3. restart in place
+  pairsSh("start-one", String(victim));
+  log(`      pair ${victim} restarted in place (same config and state dirs)`);
+  const back = await Promise.all(mine.map(step));
+  const resumed = back[mine.indexOf(parked)];
+  check(
+    resumed.ok && resumed.outcome === "success" && resumed.types.includes("TOOL_CALL_RESULT") && fs.existsSync(path.join(parkedDir, "hello.txt")),
+    `the pending interrupt of pair ${victim} is resumed after the restart (file written)${resumed.ok ? "" : ": " + brief(resumed)}`,
+  );
+  check(back.every((r) => r.ok && r.outcome === "success"), `the ${back.length} threads of pair ${victim} continue${back.some((r) => !r.ok) ? ": " + brief(back.find((r) => !r.ok)) : ""}`);
+  const restored = contexts(victim);
+  check(same(before[victim - 1], restored), `pair ${victim}'s kernel kept its sessions from its own disk (contexts/ unchanged: ${restored.size})`);
+  check(warnings.length === 0, `@ag-ui/client printed no warning${warnings.length ? `: ${warnings[0]}` : ""}`);
+}
+
+main()
+  .catch((e) => {
+    log(`FAIL  ${e.stack || e}`);
+    failures++;
+  })
+  .finally(() => {
+    haproxy?.kill();
+    log(failures ? `${failures} check(s) failed` : "all checks passed");
+    process.exit(failures ? 1 : 0);
+  });
