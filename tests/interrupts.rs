@@ -191,6 +191,7 @@ fn a_resume_continues_the_same_task_and_streams_what_the_reference_streamed() {
     );
     assert_eq!(answer["taskId"], first.session()["taskId"]);
     assert_eq!(answer["parts"][0]["data"]["decision"], "allow_once");
+    // The execution started without a runMode: its answers carry none either.
     assert!(answer["metadata"]["iac_code"].get("run_mode").is_none());
     let state = a.state_file("thread-tap-1");
     assert_eq!(state["execution"]["pending"], json!({}));

@@ -186,9 +186,28 @@ fn a_selling_pipeline_runs_across_an_interrupt_event_by_event() {
         (meta["run_mode"].as_str(), meta["pipeline_name"].as_str()),
         (Some("pipeline"), Some("selling"))
     );
+    assert_eq!(
+        (
+            &state["execution"]["runMode"],
+            &state["execution"]["pipelineName"]
+        ),
+        (&json!("pipeline"), &json!("selling")),
+        "the execution's mode is recorded"
+    );
     let resume = json!([{"interruptId": i["id"], "status": "resolved", "payload": {"decision": "allow_once"}}]);
+    // The resume request names no mode: the answer still carries the execution's, or the kernel
+    // would take it for a normal chat turn (`iac_code/a2a/request_mode.py`).
     let r2 = a.run(&a.resume_request("t-pipe", "run-2", resume));
     check_run2(&r2);
+    let answer =
+        &k.calls("SendStreamingMessage")[1]["body"]["params"]["message"]["metadata"]["iac_code"];
+    assert_eq!(
+        (
+            answer["run_mode"].as_str(),
+            answer["pipeline_name"].as_str()
+        ),
+        (Some("pipeline"), Some("selling"))
+    );
     let recovery = k
         .requests()
         .into_iter()

@@ -11,7 +11,7 @@
 //!    accepted it.
 
 use super::{lost, Run, Write};
-use crate::a2a::{self, A2aStream, Turn};
+use crate::a2a::{self, A2aStream, RunMode, Turn};
 use crate::error::{Code, Error};
 use crate::ids;
 use crate::input::ResumeEntry;
@@ -195,9 +195,14 @@ impl Run<'_> {
             else {
                 continue;
             };
+            let (run_mode, pipeline_name) = self.answer_mode();
             let turn = Turn::Answer {
                 task_id,
                 extra: extra_metadata,
+                mode: RunMode {
+                    run_mode: run_mode.as_deref(),
+                    pipeline_name: pipeline_name.as_deref(),
+                },
             };
             let (mut upstream, first) = match self.send_answer(&entry, &parts, turn) {
                 Continue(accepted) => accepted,
@@ -212,6 +217,18 @@ impl Run<'_> {
             }
         }
         End::Success
+    }
+
+    /// The mode the execution started in; for one recorded without it (a state file the
+    /// reference wrote), the answering request's own, as the reference sends it.
+    fn answer_mode(&mut self) -> (Option<String>, Option<String>) {
+        let iac = &self.input.iac;
+        let (run_mode, pipeline_name) = (iac.run_mode.clone(), iac.pipeline_name.clone());
+        let exec = self.execution();
+        (
+            exec.run_mode.clone().unwrap_or(run_mode),
+            exec.pipeline_name.clone().unwrap_or(pipeline_name),
+        )
     }
 
     /// Sends one answer and waits for the kernel's first item, which means it was accepted: from
