@@ -72,6 +72,9 @@ pub struct Projection {
     dedup: Dedup,
     steps: Steps,
     usage: Usage,
+    /// The pipeline run in message ids: `pipeline-<threadId>` until a recovery snapshot names
+    /// the kernel's (the reference's rule, `iac_code/agui/events.py`).
+    pipeline_run_id: String,
     /// The stream answered with a plain `message`, not a task.
     got_reply_message: bool,
 }
@@ -80,6 +83,7 @@ impl Projection {
     /// A projection for a new run.
     pub fn new(ids: RunIds, lang: Lang) -> Projection {
         Projection {
+            pipeline_run_id: format!("pipeline-{}", ids.thread_id),
             ids,
             lang,
             clock: crate::ids::now_ms,
@@ -197,7 +201,7 @@ impl Projection {
     /// A recovery snapshot from the kernel's pipeline state, then the events it lists, de-duplicated.
     pub(crate) fn recover_pipeline(&mut self, state: &Value, events: &mut Vec<Value>) {
         let out = &mut Out::new(events, self.clock);
-        if let Some(fields) = pipeline::snapshot(state) {
+        if let Some(fields) = pipeline::snapshot(state, &mut self.pipeline_run_id) {
             out.push("ACTIVITY_SNAPSHOT", fields);
         }
         if let Some(envelopes) = state.get("events").and_then(Value::as_array) {

@@ -88,7 +88,7 @@ fn play_step(state: &Arc<State>, out: &mut Out, vars: &Vars, step: &Step) -> std
         Step::Flood(count) => flood(out, vars, *count),
         Step::PipelineLog(ev) => {
             if let Some(t) = state.tasks.lock().unwrap().get_mut(&vars.task) {
-                t.pipeline.push(subst(ev, vars));
+                t.pipeline.push(crate::pipeline::kept(ev, vars));
             }
             Ok(Next::Continue)
         }
