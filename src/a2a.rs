@@ -220,6 +220,15 @@ impl A2aClient {
         self.open_stream(&body)
     }
 
+    /// `SendMessage` (unary): how the reference answers a pipeline's side wait, which the kernel
+    /// takes while the task keeps running (`iac_code/agui/adapter.py`,
+    /// `_send_pipeline_permission_responses`).
+    pub fn send_message(&self, message: Value) -> Result<Rpc, Error> {
+        let params =
+            json!({"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}});
+        self.call("SendMessage", params)
+    }
+
     /// `SubscribeToTask`: the task as it is now, then its later updates until the turn ends.
     /// A task that is not running answers with a JSON-RPC error (read as the stream's first item).
     pub fn subscribe_to_task(&self, task_id: &str) -> Result<A2aStream, Error> {

@@ -121,7 +121,7 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
         "side-waits" => {
             let side = |id: &str, tool: &str, cand: &str| {
                 let mut e = permission_envelope(id, tool);
-                e["scope"] = json!("candidate");
+                e["scope"] = json!("candidate_step");
                 e["subPipelineId"] = json!(cand);
                 e
             };
