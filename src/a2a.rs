@@ -12,13 +12,24 @@ use std::time::Duration;
 
 /// What a `SendStreamingMessage` starts.
 pub(crate) enum Turn<'a> {
-    /// A new turn in the thread's context (`metadata.iac_code.run_mode` is set).
+    /// A new turn in the thread's context, in the client's `runMode`/`pipelineName` (none given:
+    /// none sent, the kernel decides).
     New,
     /// An answer on the task waiting for input; `extra` keys join `metadata.iac_code`.
     Answer {
         task_id: &'a str,
         extra: Option<Value>,
+        /// The execution's mode: the kernel reads the mode from each message
+        /// (`iac_code/a2a/request_mode.py`), so an answer without it is a normal chat turn.
+        mode: RunMode<'a>,
     },
+}
+
+/// The `run_mode` and `pipeline_name` an execution started with.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct RunMode<'a> {
+    pub(crate) run_mode: Option<&'a str>,
+    pub(crate) pipeline_name: Option<&'a str>,
 }
 
 /// The A2A `message` of a `SendStreamingMessage`: a `ROLE_USER` message in the thread's context
@@ -38,7 +49,7 @@ pub(crate) fn user_message(
         "parts": parts,
         "contextId": context_id,
     });
-    if let Turn::Answer { task_id, extra } = turn {
+    if let Turn::Answer { task_id, extra, .. } = turn {
         if let (Some(m), Some(Value::Object(extra))) = (meta.as_object_mut(), extra) {
             m.extend(extra);
         }
@@ -90,13 +101,15 @@ fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, turn: &Turn) -> Value {
             .as_deref()
             .map(|p| json!(if p == "rich" { "rich-v1" } else { p })),
     );
-    if matches!(turn, Turn::New) {
-        put(
-            "run_mode",
-            Some(json!(iac.run_mode.as_deref().unwrap_or("normal"))),
-        );
-    }
-    put("pipeline_name", s(&iac.pipeline_name));
+    let mode = match turn {
+        Turn::New => RunMode {
+            run_mode: iac.run_mode.as_deref(),
+            pipeline_name: iac.pipeline_name.as_deref(),
+        },
+        Turn::Answer { mode, .. } => *mode,
+    };
+    put("run_mode", mode.run_mode.map(|m| json!(m)));
+    put("pipeline_name", mode.pipeline_name.map(|m| json!(m)));
     if let Some(t) = &iac.thinking {
         let mut th = Map::new();
         if let Some(e) = t.enabled {
@@ -205,6 +218,15 @@ impl A2aClient {
             "params": {"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}},
         });
         self.open_stream(&body)
+    }
+
+    /// `SendMessage` (unary): how the reference answers a pipeline's side wait, which the kernel
+    /// takes while the task keeps running (`iac_code/agui/adapter.py`,
+    /// `_send_pipeline_permission_responses`).
+    pub fn send_message(&self, message: Value) -> Result<Rpc, Error> {
+        let params =
+            json!({"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}});
+        self.call("SendMessage", params)
     }
 
     /// `SubscribeToTask`: the task as it is now, then its later updates until the turn ends.
@@ -493,6 +515,7 @@ mod tests {
             llm_api_key: Some("k".into()),
             user_id: Some("u".into()),
             candidate_presentation: Some("rich".into()),
+            run_mode: Some("pipeline".into()),
             pipeline_name: Some("selling".into()),
             thinking: Some(Thinking {
                 enabled: Some(true),
@@ -511,19 +534,35 @@ mod tests {
         assert_eq!(m["iac_code_api_key"], "k");
         assert_eq!(m["user_id"], "u");
         assert_eq!(m["candidatePresentation"], "rich-v1");
-        assert_eq!(m["run_mode"], "normal");
+        assert_eq!(m["run_mode"], "pipeline");
         assert_eq!(m["cleanupOnly"], false);
         assert_eq!(m["pipeline_name"], "selling");
         assert_eq!(m["thinking"], json!({"enabled": true, "budget": 9}));
         assert_eq!(m["alibaba_cloud_region_id"], "cn");
         assert!(m.get("alibaba_cloud_security_token").is_none());
+        // An answer carries the execution's mode, not the request's.
         let answer = Turn::Answer {
             task_id: "t",
             extra: None,
+            mode: RunMode {
+                run_mode: Some("normal"),
+                pipeline_name: None,
+            },
         };
-        assert!(iac_code_metadata(&iac, None, &answer)
-            .get("run_mode")
-            .is_none());
+        let m = iac_code_metadata(&iac, None, &answer);
+        assert_eq!(m["run_mode"], "normal");
+        assert!(m.get("pipeline_name").is_none());
+    }
+
+    #[test]
+    fn no_run_mode_is_sent_when_the_client_gave_none() {
+        let iac = IacCode {
+            cwd: "/w".into(),
+            ..Default::default()
+        };
+        let m = iac_code_metadata(&iac, None, &Turn::New);
+        assert!(m.get("run_mode").is_none(), "{m}");
+        assert!(m.get("pipeline_name").is_none(), "{m}");
     }
 
     #[test]
@@ -543,6 +582,7 @@ mod tests {
         let answer = Turn::Answer {
             task_id: "task-1",
             extra: Some(json!({"inputResponse": {"value": "v"}})),
+            mode: RunMode::default(),
         };
         let m = user_message("m2", &parts, "ctx", &iac, Some("en"), answer);
         assert_eq!(m["taskId"], "task-1");

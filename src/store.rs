@@ -124,6 +124,28 @@ pub struct Execution {
     pub pipeline_sequence: u64,
     #[serde(default)]
     pub text_snapshot_digests: Vec<String>,
+    /// The client's `runMode` on the turn that started the execution, sent again with every
+    /// answer (the kernel decides the mode per message: `iac_code/a2a/request_mode.py`).
+    /// `Some(None)`: the client gave none; `None`: not recorded (a file the reference wrote,
+    /// which keeps no mode), so the answering request's own `runMode` is used.
+    #[serde(
+        default,
+        deserialize_with = "recorded",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub run_mode: Option<Option<String>>,
+    /// The client's `pipelineName`, recorded like `run_mode`.
+    #[serde(
+        default,
+        deserialize_with = "recorded",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pipeline_name: Option<Option<String>>,
+}
+
+/// A key that is present (even `null`) is recorded; an absent one stays `None` (serde's default).
+fn recorded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 /// A pending interrupt: the reduced input envelope, whether it is a pipeline side wait, and when it
@@ -428,6 +450,7 @@ fn unavailable() -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("agui-store-{name}-{}", std::process::id()));
@@ -512,6 +535,28 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_run_mode_differs_from_a_file_without_one() {
+        let base = json!({"executionId": "e", "rosInvocationId": "r", "taskId": null});
+        let read = |extra: Value| {
+            let mut v = base.clone();
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::from_value::<Execution>(v).unwrap()
+        };
+        assert_eq!(read(json!({})).run_mode, None, "a file the reference wrote");
+        assert_eq!(read(json!({"runMode": null})).run_mode, Some(None));
+        let e = read(json!({"runMode": "pipeline", "pipelineName": "selling"}));
+        assert_eq!(e.run_mode, Some(Some("pipeline".into())));
+        let back = serde_json::to_value(&e).unwrap();
+        assert_eq!(back["pipelineName"], "selling");
+        assert!(serde_json::to_value(read(json!({})))
+            .unwrap()
+            .get("runMode")
+            .is_none());
+    }
+
+    #[test]
     fn ended_executions_and_their_applied_answers_are_pruned_to_the_newest() {
         let mut doc = ThreadDoc::new("t", "/w", None);
         for i in 0..(MAX_TERMINAL_EXECUTIONS + 10) {
@@ -523,6 +568,8 @@ mod tests {
                 pipeline_open_steps: Vec::new(),
                 pipeline_sequence: 0,
                 text_snapshot_digests: Vec::new(),
+                run_mode: None,
+                pipeline_name: None,
             });
             doc.applied_resume_digests.push(AppliedDigest {
                 digest: "d".into(),

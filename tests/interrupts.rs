@@ -191,6 +191,7 @@ fn a_resume_continues_the_same_task_and_streams_what_the_reference_streamed() {
     );
     assert_eq!(answer["taskId"], first.session()["taskId"]);
     assert_eq!(answer["parts"][0]["data"]["decision"], "allow_once");
+    // The execution started without a runMode: its answers carry none either.
     assert!(answer["metadata"]["iac_code"].get("run_mode").is_none());
     let state = a.state_file("thread-tap-1");
     assert_eq!(state["execution"]["pending"], json!({}));
@@ -596,6 +597,10 @@ fn concurrent_side_waits_are_announced_together_and_each_answered_once() {
     let r = a.run(&a.request("t-side", "r1", "scenario:side-waits"));
     let ids: Vec<Value> = r.interrupts().iter().map(|i| i["id"].clone()).collect();
     assert_eq!(ids, [json!("permission-c1"), json!("permission-c2")]);
+    // The waits came in a WORKING update, and the task stays WORKING while they wait: a live
+    // wait, not EXECUTION_LOST.
+    let task = r.session()["taskId"].as_str().unwrap().to_string();
+    assert_eq!(k.task_state(&task).as_deref(), Some("TASK_STATE_WORKING"));
     let state = a.state_file("t-side");
     assert_eq!(
         state["execution"]["pending"]["permission-c2"]["sideband"],
@@ -615,13 +620,19 @@ fn concurrent_side_waits_are_announced_together_and_each_answered_once() {
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
     assert_eq!(r.text(), "Both approved.");
     assert_balanced(&r.events);
-    let answers: Vec<Value> = k
-        .calls("SendStreamingMessage")
-        .into_iter()
-        .filter(|c| c["body"]["params"]["message"]["taskId"].is_string())
+    // Side waits are answered as the reference answers them: a unary SendMessage each (message
+    // id `agui-resume-<interruptId>`), then the task followed with GetTask + SubscribeToTask.
+    let sent = k.calls("SendMessage");
+    let answers: Vec<Value> = sent
+        .iter()
         .map(|c| c["body"]["params"]["message"]["parts"][0]["data"].clone())
         .collect();
     assert_eq!(answers.len(), 2, "one sideband message per interrupt");
+    assert_eq!(
+        sent[0]["body"]["params"]["message"]["messageId"],
+        "agui-resume-permission-c2"
+    );
+    assert!(!k.calls("GetTask").is_empty());
     let decision = |id: &str| {
         answers
             .iter()

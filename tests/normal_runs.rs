@@ -223,7 +223,8 @@ fn a_normal_turn_streams_what_the_reference_adapter_streamed() {
     assert_eq!(m["parts"], json!([{"text": "Say hello in one sentence."}]));
     assert_eq!(
         m["metadata"]["iac_code"],
-        json!({"cwd": a.cwd(), "rosInvocationId": "invocation-1", "run_mode": "normal", "cleanupOnly": false, "preferredLanguage": "en"})
+        json!({"cwd": a.cwd(), "rosInvocationId": "invocation-1", "cleanupOnly": false, "preferredLanguage": "en"}),
+        "no runMode given: no run_mode sent, the kernel decides (spec: 缺省由 A2A runtime 决定)"
     );
     assert_eq!(
         req["body"]["params"]["configuration"],
@@ -568,7 +569,13 @@ fn the_state_file_keeps_the_reference_layout() {
         serde_json::from_str(include_str!("data/permission-flow.state.json")).unwrap();
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
     assert_eq!(keys(&ours), keys(&reference));
-    assert_eq!(keys(&ours["execution"]), keys(&reference["execution"]));
+    // Plus the execution's mode, which the reference neither writes nor minds (its loader reads
+    // named keys only: `iac_code/agui/adapter.py`, `_restore_thread_state`).
+    let mut execution = keys(&reference["execution"]);
+    execution.extend(["pipelineName".to_string(), "runMode".to_string()]);
+    execution.sort();
+    assert_eq!(keys(&ours["execution"]), execution);
+    assert_eq!(ours["execution"]["runMode"], Value::Null, "none given");
     assert_eq!(ours["contextId"], json!(fake_context("thread-layout")));
     assert_eq!(
         ours["terminalExecutionIds"][0],

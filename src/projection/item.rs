@@ -29,8 +29,27 @@ impl ItemKind {
     }
 }
 
-/// The end a task state means for this run; an input wait without envelopes is a success.
-pub(super) fn end_of(status: &Value, iac: &Value) -> Result<Option<End>, Error> {
+/// The input waits of an item's `metadata.iac_code` that are not answered yet, whatever the task
+/// state: a pipeline's side wait (a permission inside a candidate) arrives while the task is
+/// `WORKING` (the reference's main loop, `iac_code/agui/adapter.py`, looks at every event's
+/// inputs before its state).
+pub(super) fn open_waits(
+    iac: &Value,
+    answered: &std::collections::HashSet<String>,
+) -> Result<Vec<Value>, Error> {
+    let inputs: Vec<Value> = interrupts::inputs_of(iac)
+        .into_iter()
+        .filter(|i| !answered.contains(i["inputId"].as_str().unwrap_or("")))
+        .collect();
+    for input in &inputs {
+        interrupts::check_envelope(input)?;
+    }
+    Ok(inputs)
+}
+
+/// The end a task state means for this run (its open input waits, from [`open_waits`], come
+/// first); an input wait without envelopes is a success.
+pub(super) fn end_of(status: &Value) -> Result<Option<End>, Error> {
     let state = normalize_state(
         status
             .pointer("/state")
@@ -38,17 +57,7 @@ pub(super) fn end_of(status: &Value, iac: &Value) -> Result<Option<End>, Error> 
             .unwrap_or(""),
     );
     Ok(match state.as_str() {
-        "input-required" => {
-            let inputs = interrupts::inputs_of(iac);
-            for input in &inputs {
-                interrupts::check_envelope(input)?;
-            }
-            if inputs.is_empty() {
-                Some(End::Success)
-            } else {
-                Some(End::Interrupt(inputs))
-            }
-        }
+        "input-required" => Some(End::Success),
         "completed" => Some(End::Success),
         "canceled" | "cancelled" => Some(End::Failed(Error::cancelled())),
         "failed" | "rejected" | "auth-required" => {

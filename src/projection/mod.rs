@@ -28,13 +28,13 @@ pub use outcome::End;
 
 use crate::error::{Error, Lang};
 use events::{versioned, Out};
-use item::{end_of, message_text, raw_thinking, ItemKind};
+use item::{end_of, message_text, open_waits, raw_thinking, ItemKind};
 use pipeline::Dedup;
 use replay::Replay;
 use serde_json::{json, Map, Value};
 use session::Session;
 use spans::Spans;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use steps::Steps;
 use tools::{ToolUpdate, Tools};
 use usage::Usage;
@@ -72,6 +72,12 @@ pub struct Projection {
     dedup: Dedup,
     steps: Steps,
     usage: Usage,
+    /// The pipeline run in message ids: `pipeline-<threadId>` until a recovery snapshot names
+    /// the kernel's (the reference's rule, `iac_code/agui/events.py`).
+    pipeline_run_id: String,
+    /// Inputs of this execution answered already: a replay of one (in the stream or a task
+    /// snapshot) is never a new interrupt.
+    answered: HashSet<String>,
     /// The stream answered with a plain `message`, not a task.
     got_reply_message: bool,
 }
@@ -80,6 +86,8 @@ impl Projection {
     /// A projection for a new run.
     pub fn new(ids: RunIds, lang: Lang) -> Projection {
         Projection {
+            pipeline_run_id: format!("pipeline-{}", ids.thread_id),
+            answered: HashSet::new(),
             ids,
             lang,
             clock: crate::ids::now_ms,
@@ -112,6 +120,23 @@ impl Projection {
         self.steps = Steps::resumed(durable.open_steps);
         self.replay = Replay::after(durable.text_digests);
         self
+    }
+
+    /// Inputs answered already in this execution: never announced again.
+    pub(crate) fn answered(&mut self, ids: impl IntoIterator<Item = String>) {
+        self.answered.extend(ids);
+    }
+
+    /// The answered question's tool call gets the answer as its result, once the kernel
+    /// accepted it (the reference's `map_resolved_tool`).
+    pub(crate) fn resolved_tool(
+        &mut self,
+        tool_call_id: &str,
+        content: &str,
+        events: &mut Vec<Value>,
+    ) {
+        let out = &mut Out::new(events, self.clock);
+        self.tools.result(tool_call_id, content, out);
     }
 
     /// The A2A task id, once known: the run persists it the moment it is learned.
@@ -187,7 +212,12 @@ impl Projection {
         } else if kind == ItemKind::Task && !self.spans.sent_text() {
             self.history_text(item, out);
         }
-        let end = end_of(status, iac)?;
+        let waits = open_waits(iac, &self.answered)?;
+        let end = if waits.is_empty() {
+            end_of(status)?
+        } else {
+            Some(End::Interrupt(waits))
+        };
         if end.is_some() {
             self.announce(out);
         }
@@ -197,7 +227,7 @@ impl Projection {
     /// A recovery snapshot from the kernel's pipeline state, then the events it lists, de-duplicated.
     pub(crate) fn recover_pipeline(&mut self, state: &Value, events: &mut Vec<Value>) {
         let out = &mut Out::new(events, self.clock);
-        if let Some(fields) = pipeline::snapshot(state) {
+        if let Some(fields) = pipeline::snapshot(state, &mut self.pipeline_run_id) {
             out.push("ACTIVITY_SNAPSHOT", fields);
         }
         if let Some(envelopes) = state.get("events").and_then(Value::as_array) {

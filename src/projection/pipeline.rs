@@ -27,6 +27,10 @@ enum Kind {
     StepEnded { custom: bool },
     /// Travels as CUSTOM only; the pipeline's own end also closes its running steps.
     Custom { ends_pipeline: bool },
+    /// The kernel's failed or cancelled end of a pipeline (`pipeline_failed`,
+    /// `pipeline_canceled`: `iac_code/a2a/pipeline_executor.py`; the spec's `pipeline_error` is
+    /// never sent): not in the CUSTOM list, but it closes every running step.
+    PipelineEnded,
     /// Not in the allow-list: dropped.
     Unknown,
 }
@@ -46,6 +50,7 @@ impl Kind {
             "pipeline_completed" | "pipeline_error" => Kind::Custom {
                 ends_pipeline: true,
             },
+            "pipeline_failed" | "pipeline_canceled" => Kind::PipelineEnded,
             "pipeline_started"
             | "pipeline_resumed"
             | "pipeline_warning"
@@ -150,12 +155,16 @@ impl Projection {
         match kind {
             Kind::Text => {
                 if let Some(text) = delta_text(data) {
-                    self.pipeline_text(&pipeline_message_id(envelope), text, out);
+                    let id = pipeline_message_id(envelope, &self.pipeline_run_id);
+                    self.pipeline_text(&id, text, out);
                 }
             }
             Kind::Thinking => {
-                if let Some(text) = delta_text(data) {
-                    let id = format!("reasoning-{}", pipeline_message_id(envelope));
+                // The kernel's `thinking_delta` data is `{type: "raw_thinking", text}`.
+                let raw = data.get("type").and_then(Value::as_str) == Some("raw_thinking");
+                if let Some(text) = delta_text(data).filter(|_| raw) {
+                    let id = pipeline_message_id(envelope, &self.pipeline_run_id);
+                    let id = format!("reasoning-{id}");
                     self.spans.reasoning(&id, text, out);
                 }
             }
@@ -180,7 +189,7 @@ impl Projection {
                     self.steps.end(&key, out);
                 }
             }
-            Kind::Custom { .. } => {}
+            Kind::Custom { .. } | Kind::PipelineEnded => {}
             Kind::Unknown => {
                 log::debug!("pipeline event type {event_type:?} is not in the allow-list; dropped");
             }
@@ -188,11 +197,10 @@ impl Projection {
         if kind.travels_as_custom() {
             out.custom("iac-code.pipeline.v1", envelope.clone());
         }
-        if kind
-            == (Kind::Custom {
-                ends_pipeline: true,
-            })
-        {
+        let ends = Kind::Custom {
+            ends_pipeline: true,
+        };
+        if kind == ends || kind == Kind::PipelineEnded {
             self.steps.end_running(out);
         }
     }
@@ -208,13 +216,14 @@ pub(super) fn envelopes(iac: &Value) -> impl Iterator<Item = &Value> {
     batch.chain(iac.get("pipeline").filter(|v| v.is_object()))
 }
 
-/// The fields of the `ACTIVITY_SNAPSHOT` for the kernel's pipeline state, if it has a snapshot.
-pub(super) fn snapshot(state: &Value) -> Option<Value> {
+/// The fields of the `ACTIVITY_SNAPSHOT` for the kernel's pipeline state, if it has a snapshot;
+/// `run` is the projection's pipeline run id, which the snapshot's replaces.
+pub(super) fn snapshot(state: &Value, run: &mut String) -> Option<Value> {
     let snapshot = state.get("snapshot").filter(|s| s.is_object())?;
-    let run = snapshot
-        .get("pipelineRunId")
-        .and_then(Value::as_str)
-        .unwrap_or("pipeline");
+    if let Some(id) = field(Some(snapshot), "pipelineRunId") {
+        *run = id.to_string();
+    }
+    let run = run.as_str();
     let mut content = json!({"schemaVersion": 1, "pipelineRunId": run, "snapshot": snapshot});
     if let Some(last) = snapshot.get("lastSequence") {
         content["lastSequence"] = last.clone();
@@ -232,50 +241,57 @@ fn delta_text(data: &Value) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// A coordinate of the envelope: the string itself, or the first of `keys` that is a non-empty
-/// string or a number.
-fn coord(v: Option<&Value>, keys: &[&str]) -> Option<String> {
-    let v = v?;
-    if let Some(s) = v.as_str() {
-        return Some(s.to_string());
-    }
-    keys.iter().find_map(|k| match v.get(*k)? {
-        Value::String(s) if !s.is_empty() => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    })
+/// A non-empty string field of an envelope coordinate (`step`, `candidate`, `candidateStep`).
+fn field<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a str> {
+    v?.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
-/// `pipeline-message:<pipelineRunId>:<scope>[:<candidate>][:<step>]`: parallel sub-pipelines never
-/// share a message.
-fn pipeline_message_id(envelope: &Value) -> String {
-    let run = coord(Some(envelope), &["pipelineRunId"])
-        .or_else(|| coord(envelope.get("data"), &["pipelineRunId"]))
-        .unwrap_or_else(|| "pipeline".into());
-    let scope =
-        coord(envelope.get("scope"), &["kind", "type", "id"]).unwrap_or_else(|| "pipeline".into());
-    let mut id = format!("pipeline-message:{run}:{scope}");
-    if let Some(c) = coord(envelope.get("candidate"), &["runId", "id", "subPipelineId"])
-        .or_else(|| coord(envelope.get("subPipelineId"), &[]))
-    {
-        id.push(':');
-        id.push_str(&c);
+/// `pipeline-message:<pipelineRunId>:<scope>[:<coordinates>]`, as the reference builds it
+/// (`iac_code/agui/events.py`, `_pipeline_message_id`): the `runId` (else `id`) of `candidate`,
+/// `candidateStep` and `step`, in that order, without repeats. The kernel's coordinates
+/// (`iac_code/a2a/pipeline_events.py`): a parent step `{id, runId: "step-<id>-<attempt>"}`, a
+/// candidate `{id: <subPipelineId>, runId}`, a candidate step `{id, runId:
+/// "<candidate runId>-<step>-<attempt>"}`; so a step's text is `…:step:step-intent_parsing-1`
+/// and a candidate step's `…:candidate_step:<candidate>:<candidate step>:<parent step>`:
+/// parallel candidates never share a message.
+pub(super) fn pipeline_message_id(envelope: &Value, pipeline_run_id: &str) -> String {
+    let scope = envelope
+        .get("scope")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("pipeline");
+    let mut coordinates: Vec<&str> = Vec::new();
+    for key in ["candidate", "candidateStep", "step"] {
+        let c = envelope.get(key).filter(|c| c.is_object());
+        if let Some(id) = field(c, "runId").or_else(|| field(c, "id")) {
+            if !coordinates.contains(&id) {
+                coordinates.push(id);
+            }
+        }
     }
-    if let Some(s) = coord(envelope.get("candidateStep"), &["runId", "id"]) {
+    let mut id = format!("pipeline-message:{pipeline_run_id}:{scope}");
+    for c in coordinates {
         id.push(':');
-        id.push_str(&s);
+        id.push_str(c);
     }
     id
 }
 
-/// `step:<id>`, or `candidate:<candidate>:<step>` inside a candidate.
-fn step_key(envelope: &Value) -> Option<String> {
-    let data = envelope.get("data");
-    let step = coord(envelope.get("candidateStep"), &["id", "stepId", "name"])
-        .or_else(|| coord(envelope.get("step"), &["id", "stepId", "name"]))
-        .or_else(|| coord(data, &["stepId", "step"]))?;
-    let candidate = coord(envelope.get("candidate"), &["id", "subPipelineId", "runId"])
-        .or_else(|| coord(envelope.get("subPipelineId"), &[]));
+/// `step:<id>`, or `candidate:<candidate>:<id>` inside a candidate (the candidate's `id`, else
+/// `subPipelineId`, else `runId`); the step is `candidateStep`, else `step` (the reference's
+/// `_pipeline_step_key`).
+pub(super) fn step_key(envelope: &Value) -> Option<String> {
+    let step = envelope
+        .get("candidateStep")
+        .filter(|s| s.is_object())
+        .or_else(|| envelope.get("step"));
+    let step = field(step, "id")?;
+    let c = envelope.get("candidate").filter(|c| c.is_object());
+    let candidate = field(c, "id")
+        .or_else(|| field(c, "subPipelineId"))
+        .or_else(|| field(c, "runId"));
     Some(match candidate {
         Some(c) => format!("candidate:{c}:{step}"),
         None => format!("step:{step}"),

@@ -6,6 +6,14 @@ use super::events::Out;
 use serde_json::json;
 use std::collections::BTreeSet;
 
+/// The AG-UI `stepName` of a step key: the bare step id for a pipeline step
+/// (`step:intent_parsing` → `intent_parsing`), the whole key inside a candidate
+/// (`candidate:<id>:template_generating`, unique across parallel candidates) — the reference's
+/// `_pipeline_step_name`.
+fn name(key: &str) -> &str {
+    key.strip_prefix("step:").unwrap_or(key)
+}
+
 #[derive(Default)]
 pub(super) struct Steps {
     /// Started and not completed, as far as the pipeline is concerned; persisted.
@@ -47,7 +55,7 @@ impl Steps {
     pub(super) fn end(&mut self, key: &str, out: &mut Out) {
         self.running.remove(key);
         if !self.open.iter().any(|s| s == key) {
-            out.push("STEP_STARTED", json!({"stepName": key}));
+            out.push("STEP_STARTED", json!({"stepName": name(key)}));
             self.open.push(key.to_string());
         }
         self.close_span(key, out);
@@ -60,10 +68,13 @@ impl Steps {
         }
     }
 
-    /// Closes every open span, the newest first (the run's end). The running steps stay.
+    /// Closes every open span in key order, as the reference's `close_all` (the run's end). The
+    /// running steps stay.
     pub(super) fn close_spans(&mut self, out: &mut Out) {
-        for key in std::mem::take(&mut self.open).into_iter().rev() {
-            out.push("STEP_FINISHED", json!({"stepName": key}));
+        let mut open = std::mem::take(&mut self.open);
+        open.sort();
+        for key in open {
+            out.push("STEP_FINISHED", json!({"stepName": name(&key)}));
         }
     }
 
@@ -77,7 +88,7 @@ impl Steps {
         if self.open.iter().any(|s| s == key) {
             return;
         }
-        out.push("STEP_STARTED", json!({"stepName": key}));
+        out.push("STEP_STARTED", json!({"stepName": name(key)}));
         self.open.push(key.to_string());
     }
 
@@ -85,7 +96,7 @@ impl Steps {
     fn close_span(&mut self, key: &str, out: &mut Out) {
         if let Some(pos) = self.open.iter().position(|s| s == key) {
             self.open.remove(pos);
-            out.push("STEP_FINISHED", json!({"stepName": key}));
+            out.push("STEP_FINISHED", json!({"stepName": name(key)}));
         }
     }
 }

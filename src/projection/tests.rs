@@ -299,3 +299,26 @@ fn resumed_run_reopens_durable_steps_and_strips_replayed_text() {
     assert_balanced(&out);
     assert!(p.durable().open_steps.is_empty());
 }
+
+#[test]
+fn an_input_wait_in_a_working_update_is_an_interrupt_unless_already_answered() {
+    let wait = json!({"kind": "permission", "inputId": "p1", "toolUseId": "c1", "required": true,
+                      "requestTaskId": "task", "scope": "candidate_step", "subPipelineId": "s1",
+                      "options": [{"id": "allow_once"}, {"id": "deny"}]});
+    let item = status(
+        json!({"pendingPermissions": [wait], "pipeline": {"eventType": "permission_requested"}}),
+        "TASK_STATE_WORKING",
+    );
+    let mut out = vec![];
+    let end = proj().on_item(&item, &mut out).unwrap();
+    assert!(
+        matches!(end, Some(End::Interrupt(ref w)) if w.len() == 1),
+        "{end:?}"
+    );
+    let mut p = proj();
+    p.answered(["p1".to_string()]);
+    assert!(
+        p.on_item(&item, &mut out).unwrap().is_none(),
+        "a replayed answered wait"
+    );
+}

@@ -172,6 +172,9 @@ fn new_turn_mode(doc: &mut ThreadDoc, input: &mut RunInput) -> Result<Mode, Erro
         pipeline_open_steps: vec![],
         pipeline_sequence: 0,
         text_snapshot_digests: vec![],
+        // Every answer of this execution carries the mode it started in.
+        run_mode: Some(input.iac.run_mode.clone()),
+        pipeline_name: Some(input.iac.pipeline_name.clone()),
     };
     // No pending input and not terminal: the run that owned it never ended. It stays recorded
     // (the cancel extension still reaches it) until the run thread repaired it.

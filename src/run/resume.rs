@@ -11,7 +11,7 @@
 //!    accepted it.
 
 use super::{lost, Run, Write};
-use crate::a2a::{self, A2aStream, Turn};
+use crate::a2a::{self, A2aStream, Rpc, RunMode, Turn};
 use crate::error::{Code, Error};
 use crate::ids;
 use crate::input::ResumeEntry;
@@ -21,12 +21,34 @@ use crate::store::{AppliedDigest, ThreadDoc};
 use serde_json::Value;
 use std::ops::ControlFlow::{self, Break, Continue};
 
-/// A pending interrupt's validated answer.
-type Answered = (ResumeEntry, Answer);
+/// A pending interrupt's validated answer, with the input it answers.
+struct Answered {
+    entry: ResumeEntry,
+    answer: Answer,
+    /// The pending input (persisted fields).
+    input: Value,
+    /// A pipeline's side wait: answered with a unary `SendMessage` while the task runs on.
+    sideband: bool,
+}
+
+impl Answered {
+    fn is_permission(&self) -> bool {
+        self.input.get("kind").and_then(Value::as_str) == Some("permission")
+    }
+}
 
 impl Run<'_> {
     /// Resumes the waiting execution with the client's answers.
     pub(super) fn resume(&mut self, entries: &[ResumeEntry]) -> End {
+        let execution_id = self.execution().execution_id.clone();
+        let applied: Vec<String> = self
+            .doc
+            .applied_resume_digests
+            .iter()
+            .filter(|d| d.execution_id == execution_id)
+            .map(|d| d.interrupt_id.clone())
+            .collect();
+        self.proj.answered(applied);
         match self.prepare_answers(entries) {
             Continue((task_id, answers)) => self.send_answers(&task_id, answers),
             Break(end) => end,
@@ -47,7 +69,7 @@ impl Run<'_> {
             return Break(self.interrupt(fresh));
         }
         let answers = self.validate_answers(entries)?;
-        if answers.iter().any(|(_, a)| *a == Answer::CancelExecution) {
+        if answers.iter().any(|a| a.answer == Answer::CancelExecution) {
             self.cancel_upstream();
             return Break(self.terminal(End::Failed(Error::new(
                 Code::Cancelled,
@@ -117,7 +139,12 @@ impl Run<'_> {
                 .and_then(Value::as_str)
                 .unwrap_or(""),
         );
-        if state != "input-required" {
+        // A side wait of a pipeline (a permission inside a candidate) is answered while the task
+        // is WORKING (`pendingPermissions`): any state but an end is a live wait.
+        if matches!(
+            state.as_str(),
+            "completed" | "failed" | "canceled" | "cancelled" | "rejected" | "auth-required"
+        ) {
             return Break(self.terminal(End::Failed(lost())));
         }
         Continue(task)
@@ -130,10 +157,15 @@ impl Run<'_> {
             .pointer("/metadata/iac_code")
             .cloned()
             .unwrap_or(Value::Null);
-        let pending = &self.execution().pending;
+        let Some(exec) = self.doc.execution.as_ref() else {
+            return Vec::new();
+        };
+        let known = |id: &str| {
+            exec.pending.contains_key(id) || was_applied(&self.doc, &exec.execution_id, id)
+        };
         interrupts::inputs_of(&iac)
             .into_iter()
-            .filter(|i| !pending.contains_key(i["inputId"].as_str().unwrap_or("")))
+            .filter(|i| !known(i["inputId"].as_str().unwrap_or("")))
             .collect()
     }
 
@@ -160,7 +192,7 @@ impl Run<'_> {
         for entry in entries {
             if answers
                 .iter()
-                .any(|(e, _)| e.interrupt_id == entry.interrupt_id)
+                .any(|a| a.entry.interrupt_id == entry.interrupt_id)
             {
                 return Break(End::Failed(repeated_interrupt_id()));
             }
@@ -174,7 +206,12 @@ impl Run<'_> {
                 ));
             };
             match interrupts::answer(&pending.value, entry.cancelled, entry.payload.as_ref()) {
-                Ok(a) => answers.push((entry.clone(), a)),
+                Ok(answer) => answers.push(Answered {
+                    entry: entry.clone(),
+                    answer,
+                    input: pending.value,
+                    sideband: pending.sideband,
+                }),
                 Err(e) => return Break(End::Failed(e)),
             }
         }
@@ -184,52 +221,204 @@ impl Run<'_> {
         Continue(answers)
     }
 
-    /// The answers, in the order given; the stream of the last one is read to the task's next end.
+    /// The answers, in the order given; the stream of the last one is read to the task's next
+    /// end. Side waits only: each with a unary `SendMessage`, then the task followed.
     fn send_answers(&mut self, task_id: &str, answers: Vec<Answered>) -> End {
+        if answers.iter().all(|a| a.sideband && a.is_permission()) {
+            return self.send_side_answers(task_id, answers);
+        }
         let last = answers.len() - 1;
-        for (i, (entry, answer)) in answers.into_iter().enumerate() {
+        for (i, answered) in answers.into_iter().enumerate() {
             let Answer::Message {
                 parts,
                 extra_metadata,
-            } = answer
+            } = &answered.answer
             else {
                 continue;
             };
-            let turn = Turn::Answer {
-                task_id,
-                extra: extra_metadata,
-            };
-            let (mut upstream, first) = match self.send_answer(&entry, &parts, turn) {
+            let message_id = format!(
+                "agui-resume-{}-{}",
+                self.input.run_id, answered.entry.interrupt_id
+            );
+            let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
+            let (mut upstream, first) = match self.send_answer(&answered, message) {
                 Continue(accepted) => accepted,
                 Break(end) => return end,
             };
+            self.resolve_tool(&answered, parts);
             if let Some(end) = self.project(&first, Write::Now) {
                 return self.conclude(end);
             }
             if i == last {
-                let end = self.pump(&mut upstream);
-                return self.conclude(end);
+                return match self.read_to_end(&mut upstream) {
+                    Some(end) => self.conclude(end),
+                    // The answer's stream stopped short of an end (a pipeline runs on, the
+                    // kernel sent only its acknowledgement): follow the task.
+                    None => self.follow(task_id),
+                };
             }
         }
         End::Success
+    }
+
+    /// Side waits (the reference's `_send_pipeline_permission_responses`): each answer a unary
+    /// `SendMessage` with the permission data part (message id `agui-resume-<interruptId>`,
+    /// the same on a retry), applied once the kernel answers it; then the task is followed.
+    fn send_side_answers(&mut self, task_id: &str, answers: Vec<Answered>) -> End {
+        for answered in answers {
+            let Answer::Message {
+                parts,
+                extra_metadata,
+            } = &answered.answer
+            else {
+                continue;
+            };
+            let message_id = format!("agui-resume-{}", answered.entry.interrupt_id);
+            let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
+            match self.app.a2a.send_message(message) {
+                Ok(Rpc::Result(_)) => {}
+                Ok(Rpc::Error { message, .. }) => {
+                    return End::Failed(Error::a2a_unavailable(&format!(
+                        "the A2A service refused the answer ({message})"
+                    )))
+                }
+                Err(e) => return End::Failed(e),
+            }
+            if let Break(end) = self.record_applied(&answered.entry) {
+                return end;
+            }
+        }
+        self.cancel_on_disconnect();
+        self.follow(task_id)
+    }
+
+    /// Follows a task that runs on (the reference's `_stream_after_sideband`): `GetTask` first
+    /// (closing the send/subscribe race), then `SubscribeToTask`, then one more `GetTask` when
+    /// the subscription stops short of an end; the pipeline events missed meanwhile are
+    /// recovered before the end is announced.
+    fn follow(&mut self, task_id: &str) -> End {
+        let end = match self.task_end(task_id) {
+            Ok(Some(end)) => Some(end),
+            Ok(None) => match self.app.a2a.subscribe_to_task(task_id) {
+                Ok(mut upstream) => self.read_to_end(&mut upstream),
+                Err(e) => {
+                    log::warn!("subscription to task {task_id} failed: {e}");
+                    None
+                }
+            },
+            Err(end) => return end,
+        };
+        let end = match end {
+            Some(end) => end,
+            None => match self.task_end(task_id) {
+                Ok(Some(end)) => end,
+                Ok(None) => {
+                    return self.abandon(Error::a2a_unavailable(
+                        "the task subscription ended before the task reached an end",
+                    ))
+                }
+                Err(end) => return end,
+            },
+        };
+        if let Break(end) = self.recover_pipeline(task_id) {
+            return end;
+        }
+        self.conclude(end)
+    }
+
+    /// `GetTask`, projected: `Some` when the task is at an end (or a new wait) for this run.
+    fn task_end(&mut self, task_id: &str) -> Result<Option<End>, End> {
+        match self.app.a2a.get_task(task_id) {
+            Ok(Some(task)) => Ok(self.project(&task, Write::Now)),
+            Ok(None) => Err(self.terminal(End::Failed(lost()))),
+            Err(e) => Err(self.abandon(e)),
+        }
+    }
+
+    /// Reads a stream to the task's next end; `None` when it stops short (closed, broken).
+    fn read_to_end(&mut self, upstream: &mut A2aStream) -> Option<End> {
+        loop {
+            if self.active.is_cancelled() {
+                return Some(End::Failed(Error::cancelled()));
+            }
+            let item = match upstream.next_result() {
+                Ok(Some(item)) => item,
+                Ok(None) => return None,
+                Err(e) => {
+                    log::warn!("the A2A stream stopped: {e}");
+                    return None;
+                }
+            };
+            let write = if upstream.has_buffered() {
+                Write::WithNextItem
+            } else {
+                Write::Now
+            };
+            if let Some(end) = self.project(&item, write) {
+                return Some(end);
+            }
+        }
+    }
+
+    /// The answered question's tool call gets the answer text as its result, once the kernel
+    /// accepted it (the reference, `iac_code/agui/adapter.py`: `resolved_tools`).
+    fn resolve_tool(&mut self, answered: &Answered, parts: &[Value]) {
+        if answered.is_permission() {
+            return;
+        }
+        let tool = answered.input.get("toolUseId").and_then(Value::as_str);
+        let text = parts
+            .first()
+            .and_then(|p| p.get("text"))
+            .and_then(Value::as_str);
+        if let (Some(tool), Some(text)) = (tool, text) {
+            self.proj.resolved_tool(tool, text, &mut self.out);
+        }
+    }
+
+    /// An answer to the execution's task, in the mode the execution started in.
+    fn answer_message(
+        &self,
+        message_id: &str,
+        parts: &[Value],
+        task_id: &str,
+        extra: Option<Value>,
+    ) -> Value {
+        let iac = &self.input.iac;
+        let exec = self
+            .doc
+            .execution
+            .as_ref()
+            .expect("admitted runs have an execution");
+        // One recorded without a mode (a state file the reference wrote): the answering
+        // request's own, as the reference sends it.
+        let run_mode = match &exec.run_mode {
+            Some(m) => m.as_deref(),
+            None => iac.run_mode.as_deref(),
+        };
+        let pipeline_name = match &exec.pipeline_name {
+            Some(m) => m.as_deref(),
+            None => iac.pipeline_name.as_deref(),
+        };
+        let turn = Turn::Answer {
+            task_id,
+            extra,
+            mode: RunMode {
+                run_mode,
+                pipeline_name,
+            },
+        };
+        let context = &self.doc.context_id;
+        a2a::user_message(message_id, parts, context, iac, Some(&self.lang_tag), turn)
     }
 
     /// Sends one answer and waits for the kernel's first item, which means it was accepted: from
     /// then on the answer is applied exactly once, and a vanished client cancels the task.
     fn send_answer(
         &mut self,
-        entry: &ResumeEntry,
-        parts: &[Value],
-        turn: Turn,
+        answered: &Answered,
+        message: Value,
     ) -> ControlFlow<End, (A2aStream, Value)> {
-        let message = a2a::user_message(
-            &format!("agui-resume-{}-{}", self.input.run_id, entry.interrupt_id),
-            parts,
-            &self.doc.context_id,
-            &self.input.iac,
-            Some(&self.lang_tag),
-            turn,
-        );
         let mut upstream = match self.app.a2a.send_streaming(message) {
             Ok(s) => s,
             Err(e) => return Break(End::Failed(e)),
@@ -243,13 +432,14 @@ impl Run<'_> {
             }
             Err(e) => return Break(End::Failed(e)),
         };
-        self.record_applied(entry)?;
+        self.record_applied(&answered.entry)?;
         self.cancel_on_disconnect();
         Continue((upstream, first))
     }
 
     /// The answer leaves `pending` and its digest is kept, durably (fail closed).
     fn record_applied(&mut self, entry: &ResumeEntry) -> ControlFlow<End> {
+        self.proj.answered([entry.interrupt_id.clone()]);
         let exec = self.execution();
         exec.pending.remove(&entry.interrupt_id);
         let execution_id = exec.execution_id.clone();

@@ -20,12 +20,22 @@ pub(crate) fn log_streamed(state: &State, vars: &Vars, item: &Value) {
     let mut tasks = state.tasks.lock().unwrap();
     if let Some(t) = tasks.get_mut(&vars.task) {
         for ev in batch.chain(single) {
-            let seq = ev["sequence"].as_u64();
+            // A float on the A2A wire, an integer in the kernel's pipeline state.
+            let seq = ev["sequence"].as_f64().map(|s| s as u64);
             if !t.pipeline.iter().any(|e| e["sequence"].as_u64() == seq) {
-                t.pipeline.push(subst(ev, vars));
+                t.pipeline.push(kept(ev, vars));
             }
         }
     }
+}
+
+/// An envelope as the kernel keeps it for recovery: its sequence an integer.
+pub(crate) fn kept(ev: &Value, vars: &Vars) -> Value {
+    let mut kept = subst(ev, vars);
+    if let Some(seq) = ev["sequence"].as_f64() {
+        kept["sequence"] = json!(seq as u64);
+    }
+    kept
 }
 
 pub(crate) fn serve_state(state: &State, conn: &TcpStream, query: &str) -> std::io::Result<()> {

@@ -88,7 +88,7 @@ fn play_step(state: &Arc<State>, out: &mut Out, vars: &Vars, step: &Step) -> std
         Step::Flood(count) => flood(out, vars, *count),
         Step::PipelineLog(ev) => {
             if let Some(t) = state.tasks.lock().unwrap().get_mut(&vars.task) {
-                t.pipeline.push(subst(ev, vars));
+                t.pipeline.push(crate::pipeline::kept(ev, vars));
             }
             Ok(Next::Continue)
         }
@@ -273,9 +273,11 @@ fn side_waits(
     envelopes: &[Value],
     then: &[Step],
 ) -> std::io::Result<Next> {
+    // As the kernel raises a permission inside a candidate sub-pipeline: the task stays WORKING,
+    // the waits are in `input` / `pendingPermissions` of a `permission_requested` update.
     let all: Vec<Value> = envelopes.iter().map(|e| subst(e, vars)).collect();
     if let Some(t) = state.tasks.lock().unwrap().get_mut(&vars.task) {
-        t.state = "TASK_STATE_INPUT_REQUIRED".into();
+        t.state = "TASK_STATE_WORKING".into();
         t.input = all.first().cloned();
         t.side = all[1..].to_vec();
         t.continuation = Some(Continuation {
@@ -284,12 +286,13 @@ fn side_waits(
             answer: then.to_vec(),
         });
     }
-    let iac = json!({"input": all[0], "pendingPermissions": all, "iacCodeSessionId": "$SESSION"});
+    let iac = json!({"input": all[0], "pendingPermissions": all, "iacCodeSessionId": "$SESSION",
+                     "pipeline": {"eventType": "permission_requested", "scope": "candidate_step"}});
     emit(
         out,
         vars,
         &json!({"statusUpdate": {"taskId": "$TASK", "contextId": "$CTX",
-        "status": {"state": "TASK_STATE_INPUT_REQUIRED"}, "metadata": {"iac_code": iac}}}),
+        "status": {"state": "TASK_STATE_WORKING"}, "metadata": {"iac_code": iac}}}),
     )?;
     Ok(Next::Stop)
 }

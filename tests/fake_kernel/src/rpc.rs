@@ -27,7 +27,7 @@ pub(crate) fn rpc(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io:
         "CancelTask" => cancel_task(state, conn, req),
         "SubscribeToTask" => subscribe(state, conn, req),
         "SendStreamingMessage" => crate::send::send_streaming(state, conn, req),
-        "SendMessage" => respond(conn, 200, &rpc_error(req, -32004, "This fake only streams")),
+        "SendMessage" => crate::send::send_unary(state, conn, req),
         _ => respond(conn, 200, &rpc_error(req, -32601, "Method not found")),
     }
 }

@@ -121,7 +121,7 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
         "side-waits" => {
             let side = |id: &str, tool: &str, cand: &str| {
                 let mut e = permission_envelope(id, tool);
-                e["scope"] = json!("candidate");
+                e["scope"] = json!("candidate_step");
                 e["subPipelineId"] = json!(cand);
                 e
             };
@@ -158,16 +158,37 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
     })
 }
 
-/// One pipeline envelope as the kernel streams it in `metadata.iac_code.pipeline`.
+/// One pipeline envelope as the kernel streams it in `metadata.iac_code.pipeline`
+/// (`iac_code/a2a/pipeline_events.py`, `_envelope`): the sequence is a float on the A2A wire
+/// (`22.0`, protobuf `Struct` numbers), an integer in `/iac-code/pipeline/state`.
 pub fn pipe(event_type: &str, seq: u64, extra: Value) -> Value {
-    let mut env = json!({"eventType": event_type, "eventId": format!("ev-{seq}"), "sequence": seq,
-                         "pipelineRunId": "pr-1", "scope": "pipeline", "data": {}});
+    let mut env = json!({"schemaVersion": 1, "eventType": event_type, "eventId": format!("ev-{seq}"),
+                         "sequence": seq as f64, "pipelineRunId": "pr-1", "scope": "pipeline",
+                         "status": "working", "data": {}});
     if let (Some(o), Some(e)) = (env.as_object_mut(), extra.as_object()) {
         for (k, v) in e {
             o.insert(k.clone(), v.clone());
         }
     }
     env
+}
+
+/// The kernel's parent step coordinate (`_parent_step_coordinate`).
+pub fn step_coord(id: &str) -> Value {
+    json!({"id": id, "runId": format!("step-{id}-1"), "attempt": 1})
+}
+
+/// The kernel's candidate coordinates (`_candidate_coordinate`, `_candidate_step_coordinate`):
+/// scope `candidate`, or `candidate_step` with the candidate step; both under their parent step.
+pub fn candidate_coords(candidate: &str, step: Option<&str>, parent: &str) -> Value {
+    let run = format!("{candidate}-run-1");
+    let mut v = json!({"scope": "candidate", "step": step_coord(parent),
+                       "candidate": {"id": candidate, "runId": run, "index": 0, "attempt": 1}});
+    if let Some(step) = step {
+        v["scope"] = json!("candidate_step");
+        v["candidateStep"] = json!({"id": step, "runId": format!("{run}-{step}-1"), "attempt": 1});
+    }
+    v
 }
 
 fn pipe_step(event_type: &str, seq: u64, extra: Value) -> Step {
@@ -186,35 +207,47 @@ fn pipe_batch(events: Vec<Value>) -> Step {
     )
 }
 
-/// A selling-style pipeline: requirements, two parallel candidates, a selection, then a deploy
-/// step whose tool needs permission; events the client missed are only in the kernel's pipeline
-/// state; the resumed stream replays an old event and old text.
+/// `extra` with `data` set.
+fn with_data(mut extra: Value, data: Value) -> Value {
+    extra["data"] = data;
+    extra
+}
+
+/// A parent step's event (scope `step`).
+fn in_step(id: &str, data: Value) -> Value {
+    json!({"scope": "step", "step": step_coord(id), "data": data})
+}
+
+/// A selling-style pipeline in the kernel's envelope shapes: requirements, two parallel
+/// candidates, a selection, then a deploy step whose tool needs permission; events the client
+/// missed are only in the kernel's pipeline state; the resumed stream replays an old event and
+/// old text.
 pub fn pipeline_flow() -> Vec<Step> {
-    let c = |id: &str| json!({"candidate": {"id": id}, "scope": "candidate"});
-    let ctext = |id: &str, text: &str| json!({"candidate": {"id": id}, "candidateStep": {"id": "plan"}, "scope": "candidate", "data": {"text": text}});
-    let cs = |id: &str, step: &str| json!({"candidate": {"id": id}, "candidateStep": {"id": step}, "scope": "candidate"});
+    let c = |id: &str| candidate_coords(id, None, "candidates");
+    let cs = |id: &str| candidate_coords(id, Some("plan"), "candidates");
+    let ctext = |id: &str, text: &str| with_data(cs(id), json!({"text": text}));
     let run1 = vec![
         pipe_step(
             "pipeline_started",
             1,
             json!({"data": {"pipelineName": "selling"}}),
         ),
-        pipe_step("step_started", 2, json!({"step": {"id": "requirements"}})),
+        pipe_step("step_started", 2, in_step("requirements", json!({}))),
         pipe_step(
             "text_delta",
             3,
-            json!({"data": {"text": "Collecting requirements."}}),
+            in_step("requirements", json!({"text": "Collecting requirements."})),
         ),
-        pipe_step("step_completed", 4, json!({"step": {"id": "requirements"}})),
-        pipe_step("step_started", 5, json!({"step": {"id": "candidates"}})),
+        pipe_step("step_completed", 4, in_step("requirements", json!({}))),
+        pipe_step("step_started", 5, in_step("candidates", json!({}))),
         pipe_step("sub_pipeline_started", 6, json!({"data": {"count": 2}})),
         pipe_batch(vec![
             pipe("candidate_started", 7, c("c1")),
             pipe("candidate_started", 8, c("c2")),
         ]),
         pipe_batch(vec![
-            pipe("candidate_step_started", 9, cs("c1", "plan")),
-            pipe("candidate_step_started", 10, cs("c2", "plan")),
+            pipe("candidate_step_started", 9, cs("c1")),
+            pipe("candidate_step_started", 10, cs("c2")),
         ]),
         pipe_step("text_delta", 11, ctext("c1", "Plan A: ECS")),
         pipe_step("text_delta", 12, ctext("c2", "Plan B: ACK")),
@@ -223,11 +256,14 @@ pub fn pipeline_flow() -> Vec<Step> {
         pipe_step(
             "thinking_delta",
             14,
-            json!({"data": {"text": "Comparing costs."}}),
+            in_step(
+                "candidates",
+                json!({"type": "raw_thinking", "text": "Comparing costs."}),
+            ),
         ),
         pipe_batch(vec![
-            pipe("candidate_step_completed", 15, cs("c1", "plan")),
-            pipe("candidate_step_completed", 16, cs("c2", "plan")),
+            pipe("candidate_step_completed", 15, cs("c1")),
+            pipe("candidate_step_completed", 16, cs("c2")),
         ]),
         pipe_batch(vec![
             pipe("candidate_completed", 17, c("c1")),
@@ -239,12 +275,15 @@ pub fn pipeline_flow() -> Vec<Step> {
             20,
             json!({"data": {"candidateId": "c1"}}),
         ),
-        pipe_step("step_completed", 21, json!({"step": {"id": "candidates"}})),
-        pipe_step("step_started", 22, json!({"step": {"id": "deploy"}})),
+        pipe_step("step_completed", 21, in_step("candidates", json!({}))),
+        pipe_step("step_started", 22, in_step("deploy", json!({}))),
         pipe_step(
             "tool_started",
             23,
-            json!({"step": {"id": "deploy"}, "data": {"toolUseId": "call_d", "toolName": "ros_stack", "input": {"action": "create"}}}),
+            in_step(
+                "deploy",
+                json!({"toolUseId": "call_d", "toolName": "ros_stack", "input": {"action": "create"}}),
+            ),
         ),
         pipe_step(
             "usage",
@@ -266,14 +305,18 @@ pub fn pipeline_flow() -> Vec<Step> {
             Some("Collecting requirements."),
         ),
         pipe_step("stack_progress", 27, json!({"data": {"percent": 10}})),
-        pipe_step("input_received", 29, json!({"step": {"id": "deploy"}})),
+        pipe_step("input_received", 29, in_step("deploy", json!({}))),
         pipe_step(
             "tool_result",
             30,
             json!({"data": {"toolUseId": "call_d", "result": "stack created"}}),
         ),
-        pipe_step("text_delta", 31, json!({"data": {"text": "Deployed."}})),
-        pipe_step("step_completed", 32, json!({"step": {"id": "deploy"}})),
+        pipe_step(
+            "text_delta",
+            31,
+            in_step("deploy", json!({"text": "Deployed."})),
+        ),
+        pipe_step("step_completed", 32, in_step("deploy", json!({}))),
         pipe_step("pipeline_completed", 33, json!({})),
         done(),
     ];
@@ -283,9 +326,11 @@ pub fn pipeline_flow() -> Vec<Step> {
             29,
             json!({"data": {"toolUseId": "call_d", "result": "denied", "isError": true}}),
         ),
-        pipe_step("step_failed", 30, json!({"step": {"id": "deploy"}})),
+        pipe_step("step_failed", 30, in_step("deploy", json!({}))),
+        // The kernel's failed end (`iac_code/a2a/pipeline_executor.py`), not the spec's
+        // `pipeline_error`.
         pipe_step(
-            "pipeline_error",
+            "pipeline_failed",
             31,
             json!({"data": {"message": "Deployment was not approved."}}),
         ),

@@ -3,7 +3,7 @@
 
 use crate::http::respond;
 use crate::play::{emit, play, Vars};
-use crate::rpc::rpc_error;
+use crate::rpc::{rpc_error, rpc_result};
 use crate::scenarios::scenario;
 use crate::script::Step;
 use crate::{Continuation, State, Task};
@@ -72,6 +72,73 @@ pub(crate) fn send_streaming(
             stream(state, conn, &vars, &first, &script)
         }
     }
+}
+
+/// `SendMessage` (unary), as the kernel takes a pipeline's side-wait answer: only an answer to a
+/// waiting task; the task runs on in the background (its items go to the task's log, which
+/// `SubscribeToTask` and `GetTask` read), and the reply is the acknowledgement.
+pub(crate) fn send_unary(state: &Arc<State>, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
+    let m = &req["params"]["message"];
+    if let Err(e) = check_request(req) {
+        return respond(conn, 200, &rpc_error(req, -32602, e));
+    }
+    let ctx = m["contextId"].as_str().unwrap().to_string();
+    let Some(task_id) = m["taskId"].as_str() else {
+        return respond(
+            conn,
+            200,
+            &rpc_error(req, -32004, "This fake takes only answers unary"),
+        );
+    };
+    let session = session_for(state, &ctx);
+    match take_answer(state, m, task_id, &ctx) {
+        Err((code, message)) => respond(conn, 200, &rpc_error(req, code, message)),
+        Ok(Accepted::Acknowledge(first)) => respond(conn, 200, &rpc_result(req, first)),
+        Ok(Accepted::Play {
+            task,
+            script,
+            answer,
+            first,
+        }) => {
+            let log = state
+                .tasks
+                .lock()
+                .unwrap()
+                .get(&task)
+                .map(|t| t.log.clone())
+                .unwrap_or_default();
+            let vars = Vars {
+                log,
+                task,
+                ctx,
+                session,
+                answer,
+                id: req["id"].clone(),
+            };
+            respond(conn, 200, &rpc_result(req, first.clone()))?;
+            let state = state.clone();
+            std::thread::spawn(move || play_detached(&state, &vars, &first, &script));
+            Ok(())
+        }
+    }
+}
+
+/// Plays a continuation nobody streams: into a loopback socket whose other end is drained.
+fn play_detached(state: &Arc<State>, vars: &Vars, first: &Value, script: &[Step]) {
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        return;
+    };
+    let Ok(addr) = listener.local_addr() else {
+        return;
+    };
+    let Ok(mut reader) = TcpStream::connect(addr) else {
+        return;
+    };
+    let Ok((writer, _)) = listener.accept() else {
+        return;
+    };
+    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+    let _ = stream(state, &writer, vars, first, script);
 }
 
 /// The message shape and configuration the kernel accepts.
