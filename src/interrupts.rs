@@ -4,7 +4,7 @@
 //! message, `responseSchema`, metadata) and how a resolved payload becomes the answer the kernel
 //! understands (a permission data part, or the answer text for questions and selections).
 
-use crate::error::{Code, Error, Lang};
+use crate::error::{Error, Lang, Msg};
 use serde_json::{json, Map, Value};
 
 /// Envelope fields kept in the state file (the reference's whitelist: display and correlation
@@ -194,9 +194,7 @@ pub fn check_envelope(input: &Value) -> Result<(), Error> {
         let action = o.get("action").and_then(Value::as_str).unwrap_or("");
         let ok_action = matches!(action, "confirm" | "adjust" | "reselect" | "cancel");
         if id.is_empty() || id.chars().count() > 200 || seen.contains(&id) || !ok_action {
-            return Err(Error::a2a_protocol(
-                "a deployment confirmation option is invalid",
-            ));
+            return Err(Msg::DeploymentOptionInvalid.err());
         }
         seen.push(id);
     }
@@ -211,10 +209,7 @@ pub fn to_interrupt(input: &Value, expires_at: &str, lang: Lang) -> Value {
         str_of(input, "prompt")
             .or_else(|| str_of(input, "title"))
             .map(String::from)
-            .unwrap_or_else(|| match lang {
-                Lang::En => "Permission required".into(),
-                Lang::Zh => "需要授权".into(),
-            })
+            .unwrap_or_else(|| Msg::PermissionRequired.render(lang, &[]))
     } else {
         let mut m = str_of(input, "prompt")
             .or_else(|| str_of(input, "title"))
@@ -272,18 +267,16 @@ pub fn answer(input: &Value, cancelled: bool, payload: Option<&Value>) -> Result
     let deny = json!({"decision": "deny"});
     let payload = if cancelled { Some(&deny) } else { payload };
     let Some(payload) = payload else {
-        return Err(payload_invalid("the resolved answer has no payload"));
+        return Err(Msg::PayloadMissing.err());
     };
     let schema = response_schema(input);
-    let validator = jsonschema::validator_for(&schema)
-        .map_err(|_| payload_invalid("the interrupt's response schema is invalid"))?;
+    let validator =
+        jsonschema::validator_for(&schema).map_err(|_| Msg::ResponseSchemaInvalid.err())?;
     if let Some(first) = validator.iter_errors(payload).next() {
         // The schema error names the failing location, never the payload's values.
         let at = first.instance_path.to_string();
         let at = if at.is_empty() { "/".to_string() } else { at };
-        return Err(payload_invalid(&format!(
-            "the payload does not match the interrupt's responseSchema at `{at}`"
-        )));
+        return Err(Msg::PayloadMismatch.with(&[&at]));
     }
     if is_permission {
         let data = json!({
@@ -301,9 +294,7 @@ pub fn answer(input: &Value, cancelled: bool, payload: Option<&Value>) -> Result
     }
     let text = answer_text(input, payload);
     if text.trim().is_empty() {
-        return Err(payload_invalid(
-            "the interrupt response does not contain an answer",
-        ));
+        return Err(Msg::NoAnswer.err());
     }
     let extra_metadata =
         (kind(input) == "cloud_resource_selection" && payload.get("value").is_some()).then(|| {
@@ -363,19 +354,10 @@ fn answer_text(input: &Value, payload: &Value) -> String {
     }
 }
 
-fn payload_invalid(why: &str) -> Error {
-    Error::new(
-        Code::ResumePayloadInvalid,
-        format!(
-            "The resume payload is invalid: {why}. The interrupt stays pending; answer it again."
-        ),
-        format!("Resume payload 无效：{why}。该 Interrupt 仍待处理，可重新提交。"),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Code;
 
     fn permission() -> Value {
         json!({"kind": "permission", "schemaVersion": 1.0, "requestTaskId": "task-1", "contextId": "ctx",
@@ -412,6 +394,18 @@ mod tests {
             i["responseSchema"]["properties"]["decision"]["enum"],
             json!(["allow_once", "deny"])
         );
+    }
+
+    #[test]
+    fn the_permission_fallback_text_follows_the_request_language() {
+        let mut bare = permission();
+        bare.as_object_mut()
+            .unwrap()
+            .retain(|k, _| k != "prompt" && k != "title");
+        let text = |lang| to_interrupt(&bare, "t", lang)["message"].clone();
+        assert_eq!(text(Lang::En), "Permission required");
+        assert_eq!(text(Lang::Fr), "Autorisation requise");
+        assert_eq!(text(Lang::Zh), "需要授权");
     }
 
     #[test]

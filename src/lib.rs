@@ -63,6 +63,7 @@ pub mod input;
 pub mod interrupts;
 pub mod kernel;
 pub mod logctx;
+pub mod messages;
 pub mod metrics;
 pub mod observe;
 pub mod projection;

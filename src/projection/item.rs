@@ -1,7 +1,7 @@
 //! Reading one streamed A2A `result`: its shape, its text, and the end its task state means.
 
 use super::End;
-use crate::error::Error;
+use crate::error::{Error, Msg};
 use crate::interrupts;
 use serde_json::Value;
 
@@ -50,14 +50,18 @@ pub(super) fn end_of(status: &Value, iac: &Value) -> Result<Option<End>, Error> 
             }
         }
         "completed" => Some(End::Success),
-        "canceled" | "cancelled" => Some(End::Failed(Error::cancelled())),
+        "canceled" | "cancelled" => Some(End::Failed(Msg::Cancelled.err())),
         "failed" | "rejected" | "auth-required" => {
-            let detail = status
+            // The kernel's own text is a detail kept as it came; without one, the state names it.
+            let error = status
                 .get("message")
                 .map(message_text)
                 .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| format!("the task ended in state `{state}`."));
-            Some(End::Failed(Error::a2a_failed(&detail)))
+                .map_or_else(
+                    || Msg::TaskEndedInState.with(&[&state]),
+                    |text| Msg::TaskFailed.with(&[&text]),
+                );
+            Some(End::Failed(error))
         }
         _ => None,
     })

@@ -4,7 +4,7 @@
 use super::events::Out;
 use super::item::ItemKind;
 use super::RunIds;
-use crate::error::Error;
+use crate::error::{Error, Msg};
 use serde_json::{json, Value};
 
 #[derive(Default)]
@@ -46,18 +46,14 @@ impl Session {
         .and_then(Value::as_str);
         if let Some(context) = item.get("contextId").and_then(Value::as_str) {
             if context != context_id {
-                return Err(Error::a2a_protocol(
-                    "the A2A context id does not match the thread",
-                ));
+                return Err(Msg::ContextMismatch.err());
             }
         }
         match (task, &self.task_id) {
-            (Some(t), Some(known)) if t != known => Err(Error::a2a_protocol(
-                "the A2A task id does not match the execution",
-            )),
+            (Some(t), Some(known)) if t != known => Err(Msg::TaskIdMismatch.err()),
             (Some(t), None) => {
                 if !valid_a2a_id(t) {
-                    return Err(Error::a2a_protocol("the A2A task id is malformed"));
+                    return Err(Msg::TaskIdMalformed.err());
                 }
                 self.task_id = Some(t.to_string());
                 Ok(())

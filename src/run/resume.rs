@@ -12,7 +12,7 @@
 
 use super::{lost, Run, Write};
 use crate::a2a::{self, A2aStream, Turn};
-use crate::error::{Code, Error};
+use crate::error::{Error, Msg};
 use crate::ids;
 use crate::input::ResumeEntry;
 use crate::interrupts::{self, Answer};
@@ -49,11 +49,7 @@ impl Run<'_> {
         let answers = self.validate_answers(entries)?;
         if answers.iter().any(|(_, a)| *a == Answer::CancelExecution) {
             self.cancel_upstream();
-            return Break(self.terminal(End::Failed(Error::new(
-                Code::Cancelled,
-                "The execution was cancelled by the interrupt response.",
-                "该 execution 已按 Interrupt 响应取消。",
-            ))));
+            return Break(self.terminal(End::Failed(Msg::CancelledByResponse.err())));
         }
         Continue((task_id, answers))
     }
@@ -108,9 +104,7 @@ impl Run<'_> {
         let same_context =
             task.get("contextId").and_then(Value::as_str) == Some(self.doc.context_id.as_str());
         if !same_task || !same_context {
-            return Break(End::Failed(Error::a2a_protocol(
-                "the A2A task or context no longer matches the thread",
-            )));
+            return Break(End::Failed(Msg::IdentityChanged.err()));
         }
         let state = normalize_state(
             task.pointer("/status/state")
@@ -144,7 +138,7 @@ impl Run<'_> {
             Ok(Some(state)) => {
                 self.proj.recover_pipeline(&state, &mut self.out);
                 if !self.flush() {
-                    return Break(End::Failed(Error::cancelled()));
+                    return Break(End::Failed(Msg::Cancelled.err()));
                 }
             }
             Ok(None) => {}
@@ -236,11 +230,7 @@ impl Run<'_> {
         };
         let first = match upstream.next_result() {
             Ok(Some(item)) => item,
-            Ok(None) => {
-                return Break(End::Failed(Error::a2a_unavailable(
-                    "the A2A service did not accept the answer",
-                )))
-            }
+            Ok(None) => return Break(End::Failed(Msg::AnswerRefused.err())),
             Err(e) => return Break(End::Failed(e)),
         };
         self.record_applied(entry)?;
@@ -273,33 +263,17 @@ fn was_applied(doc: &ThreadDoc, execution_id: &str, interrupt_id: &str) -> bool 
 }
 
 fn already_applied() -> Error {
-    Error::new(
-        Code::ResumeAlreadyApplied,
-        "This interrupt response has already been applied.",
-        "该 Interrupt 响应已应用。",
-    )
+    Msg::AlreadyApplied.err()
 }
 
 fn unknown_interrupt() -> Error {
-    Error::new(
-        Code::UnknownInterrupt,
-        "The resume refers to an unknown interrupt.",
-        "Resume 引用了未知的 Interrupt。",
-    )
+    Msg::UnknownInterrupt.err()
 }
 
 fn repeated_interrupt_id() -> Error {
-    Error::new(
-        Code::IncompleteResume,
-        "The resume is incomplete: a response repeats an interruptId.",
-        "Resume 不完整：存在重复的 interruptId。",
-    )
+    Msg::RepeatedInterruptId.err()
 }
 
 fn not_all_answered() -> Error {
-    Error::new(
-        Code::IncompleteResume,
-        "The resume is incomplete: not every pending interrupt was answered.",
-        "Resume 不完整：未覆盖全部 pending Interrupt。",
-    )
+    Msg::NotAllAnswered.err()
 }
