@@ -27,7 +27,7 @@ pub(crate) use item::normalize_state;
 pub use outcome::End;
 
 use crate::error::{Error, Lang};
-use events::{versioned, Out};
+use events::{versioned, Custom, Out};
 use item::{end_of, message_text, raw_thinking, ItemKind};
 use pipeline::Dedup;
 use replay::Replay;
@@ -253,7 +253,7 @@ impl Projection {
             let mut value = Map::new();
             value.insert("schemaVersion".into(), json!(1));
             value.extend(artifact.clone());
-            out.custom("iac-code.artifact.v1", Value::Object(value));
+            out.custom(Custom::Artifact, Value::Object(value));
         }
     }
 
@@ -288,7 +288,7 @@ impl Projection {
             }
         }
         if let Some(progress) = iac.get("mcpProgress").filter(|v| v.is_object()) {
-            out.custom("iac-code.tool-progress.v1", versioned(progress));
+            out.custom(Custom::ToolProgress, versioned(progress));
         }
         for envelope in pipeline::envelopes(iac) {
             self.on_pipeline(envelope, out);
@@ -372,7 +372,7 @@ impl Projection {
                 self.tools.args_and_end(&id, &args, out);
             }
             ToolUpdate::Result { id, content } => self.tools.result(&id, &content, out),
-            ToolUpdate::Progress(value) => out.custom("iac-code.tool-progress.v1", value),
+            ToolUpdate::Progress(value) => out.custom(Custom::ToolProgress, value),
         }
     }
 

@@ -2,7 +2,7 @@
 //! envelope de-duplicated, then mapped by its kind to text, reasoning, tools, usage or steps, and
 //! sent on as an `iac-code.pipeline.v1` CUSTOM event when the spec lists its type.
 
-use super::events::Out;
+use super::events::{Custom, Out};
 use super::tools::ToolUpdate;
 use super::{Projection, NULL};
 use serde_json::{json, Value};
@@ -186,7 +186,7 @@ impl Projection {
             }
         }
         if kind.travels_as_custom() {
-            out.custom("iac-code.pipeline.v1", envelope.clone());
+            out.custom(Custom::Pipeline, envelope.clone());
         }
         if kind
             == (Kind::Custom {
@@ -220,7 +220,7 @@ pub(super) fn snapshot(state: &Value) -> Option<Value> {
         content["lastSequence"] = last.clone();
     }
     Some(
-        json!({"messageId": format!("pipeline:{run}"), "activityType": "iac-code.pipeline.v1",
+        json!({"messageId": format!("pipeline:{run}"), "activityType": Custom::Pipeline.as_str(),
                 "content": content, "replace": true}),
     )
 }

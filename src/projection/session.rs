@@ -1,7 +1,7 @@
 //! Which A2A task and iac-code session the run belongs to: checked on every item, learned from the
 //! first that names them, announced once as `iac-code.session.v1`.
 
-use super::events::Out;
+use super::events::{Custom, Out};
 use super::item::ItemKind;
 use super::RunIds;
 use crate::error::{Error, Msg};
@@ -102,7 +102,7 @@ impl Session {
             "rosInvocationId": ids.ros_invocation_id,
             "sessionId": self.session_id,
         });
-        out.custom("iac-code.session.v1", value);
+        out.custom(Custom::Session, value);
     }
 }
 
