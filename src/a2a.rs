@@ -121,6 +121,31 @@ fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, turn: &Turn) -> Value {
     Value::Object(m)
 }
 
+/// The incoming side of the table: the `metadata.iac_code` keys the kernel sends on tasks, status
+/// updates and artifacts, as the projection and the interrupts read them.
+pub(crate) mod incoming {
+    /// Where the object sits in an A2A task, status update or artifact update (a JSON pointer).
+    pub(crate) const POINTER: &str = "/metadata/iac_code";
+    /// The iac-code session id (also inside a pipeline envelope).
+    pub(crate) const SESSION_ID: &str = "iacCodeSessionId";
+    /// A tool call's update.
+    pub(crate) const TOOL: &str = "tool";
+    /// An MCP tool's progress.
+    pub(crate) const MCP_PROGRESS: &str = "mcpProgress";
+    /// Token usage of the turn.
+    pub(crate) const USAGE: &str = "usage";
+    /// Reasoning (`{type: "raw_thinking", text}`).
+    pub(crate) const THINKING: &str = "thinking";
+    /// One pipeline envelope.
+    pub(crate) const PIPELINE: &str = "pipeline";
+    /// Several pipeline envelopes, under `events`.
+    pub(crate) const PIPELINE_BATCH: &str = "pipelineBatch";
+    /// The input the task waits for.
+    pub(crate) const INPUT: &str = "input";
+    /// Further permission inputs waiting at the same time.
+    pub(crate) const PENDING_PERMISSIONS: &str = "pendingPermissions";
+}
+
 /// A blocking A2A client bound to one loopback base URL.
 #[derive(Clone)]
 pub struct A2aClient {

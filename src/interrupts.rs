@@ -4,6 +4,7 @@
 //! message, `responseSchema`, metadata) and how a resolved payload becomes the answer the kernel
 //! understands (a permission data part, or the answer text for questions and selections).
 
+use crate::a2a::incoming;
 use crate::error::{Error, Lang, Msg};
 use serde_json::{json, Map, Value};
 
@@ -41,9 +42,9 @@ const PERSISTED_FIELDS: &[&str] = &[
 /// `pendingPermissions[]` item, de-duplicated by `inputId`, reduced to the persisted fields.
 pub fn inputs_of(iac: &Value) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
-    let single = iac.get("input").into_iter();
+    let single = iac.get(incoming::INPUT).into_iter();
     let listed = iac
-        .get("pendingPermissions")
+        .get(incoming::PENDING_PERMISSIONS)
         .and_then(Value::as_array)
         .into_iter()
         .flatten();

@@ -1,6 +1,7 @@
 //! Reading one streamed A2A `result`: its shape, its text, and the end its task state means.
 
 use super::End;
+use crate::a2a::incoming;
 use crate::error::{Error, Msg};
 use crate::interrupts;
 use serde_json::Value;
@@ -78,7 +79,7 @@ pub(crate) fn normalize_state(state: &str) -> String {
 
 /// The non-empty text of `metadata.iac_code.thinking` when it is raw thinking.
 pub(super) fn raw_thinking(iac: &Value) -> Option<&str> {
-    let thinking = iac.get("thinking")?;
+    let thinking = iac.get(incoming::THINKING)?;
     if thinking.get("type").and_then(Value::as_str) != Some("raw_thinking") {
         return None;
     }

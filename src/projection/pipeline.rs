@@ -5,6 +5,7 @@
 use super::events::{Custom, Out};
 use super::tools::ToolUpdate;
 use super::{Projection, NULL};
+use crate::a2a::incoming;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
@@ -201,11 +202,12 @@ impl Projection {
 /// The envelopes an item's `metadata.iac_code` carries: its batch first, then the single one.
 pub(super) fn envelopes(iac: &Value) -> impl Iterator<Item = &Value> {
     let batch = iac
-        .pointer("/pipelineBatch/events")
+        .get(incoming::PIPELINE_BATCH)
+        .and_then(|b| b.get("events"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten();
-    batch.chain(iac.get("pipeline").filter(|v| v.is_object()))
+    batch.chain(iac.get(incoming::PIPELINE).filter(|v| v.is_object()))
 }
 
 /// The fields of the `ACTIVITY_SNAPSHOT` for the kernel's pipeline state, if it has a snapshot.

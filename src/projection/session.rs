@@ -4,6 +4,7 @@
 use super::events::{Custom, Out};
 use super::item::ItemKind;
 use super::RunIds;
+use crate::a2a::incoming;
 use crate::error::{Error, Msg};
 use serde_json::{json, Value};
 
@@ -65,14 +66,15 @@ impl Session {
     /// Takes the iac-code session id from `metadata.iac_code`, wherever this item carries it.
     pub(super) fn learn(&mut self, iac: &Value) {
         let found = iac
-            .get("iacCodeSessionId")
-            .or_else(|| iac.pointer("/pipeline/iacCodeSessionId"))
+            .get(incoming::SESSION_ID)
+            .or_else(|| iac.get(incoming::PIPELINE)?.get(incoming::SESSION_ID))
             .and_then(Value::as_str)
             .or_else(|| {
-                iac.pointer("/pipelineBatch/events")?
+                iac.get(incoming::PIPELINE_BATCH)?
+                    .get("events")?
                     .as_array()?
                     .iter()
-                    .find_map(|e| e.get("iacCodeSessionId")?.as_str())
+                    .find_map(|e| e.get(incoming::SESSION_ID)?.as_str())
             });
         if let Some(s) = found {
             if self.session_id.as_deref() != Some(s) {

@@ -121,7 +121,7 @@ impl Run<'_> {
     /// restored after a kernel restart may carry no input projection).
     fn unannounced_inputs(&mut self, task: &Value) -> Vec<Value> {
         let iac = task
-            .pointer("/metadata/iac_code")
+            .pointer(crate::a2a::incoming::POINTER)
             .cloned()
             .unwrap_or(Value::Null);
         let pending = &self.execution().pending;
