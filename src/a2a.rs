@@ -4,7 +4,7 @@
 //! mid-stream (`A2A_UNAVAILABLE`), it answers something that is not the protocol
 //! (`A2A_PROTOCOL_ERROR`), or it refuses or fails the execution (`A2A_EXECUTION_FAILED`).
 
-use crate::error::Error;
+use crate::error::{Error, Msg};
 use crate::input::IacCode;
 use crate::sse::EventReader;
 use serde_json::{json, Map, Value};
@@ -132,6 +132,31 @@ fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, turn: &Turn) -> Value {
         put("alibaba_cloud_region_id", s(&c.region_id));
     }
     Value::Object(m)
+}
+
+/// The incoming side of the table: the `metadata.iac_code` keys the kernel sends on tasks, status
+/// updates and artifacts, as the projection and the interrupts read them.
+pub(crate) mod incoming {
+    /// Where the object sits in an A2A task, status update or artifact update (a JSON pointer).
+    pub(crate) const POINTER: &str = "/metadata/iac_code";
+    /// The iac-code session id (also inside a pipeline envelope).
+    pub(crate) const SESSION_ID: &str = "iacCodeSessionId";
+    /// A tool call's update.
+    pub(crate) const TOOL: &str = "tool";
+    /// An MCP tool's progress.
+    pub(crate) const MCP_PROGRESS: &str = "mcpProgress";
+    /// Token usage of the turn.
+    pub(crate) const USAGE: &str = "usage";
+    /// Reasoning (`{type: "raw_thinking", text}`).
+    pub(crate) const THINKING: &str = "thinking";
+    /// One pipeline envelope.
+    pub(crate) const PIPELINE: &str = "pipeline";
+    /// Several pipeline envelopes, under `events`.
+    pub(crate) const PIPELINE_BATCH: &str = "pipelineBatch";
+    /// The input the task waits for.
+    pub(crate) const INPUT: &str = "input";
+    /// Further permission inputs waiting at the same time.
+    pub(crate) const PENDING_PERMISSIONS: &str = "pendingPermissions";
 }
 
 /// A blocking A2A client bound to one loopback base URL.
@@ -292,8 +317,7 @@ impl A2aClient {
             .map_err(transport);
         crate::metrics::UPSTREAM_LATENCY.observe(started.elapsed());
         let text = text?;
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|_| Error::a2a_protocol("a JSON-RPC reply is not JSON"))?;
+        let v: Value = serde_json::from_str(&text).map_err(|_| Msg::RpcNotJson.err())?;
         rpc_of(v)
     }
 
@@ -337,9 +361,7 @@ impl A2aClient {
         match resp.status().as_u16() {
             200 => Ok(true),
             404 => Ok(false),
-            s => Err(Error::a2a_unavailable(&format!(
-                "session restore answered HTTP {s}"
-            ))),
+            s => Err(Msg::SessionRestoreHttp.with(&[&s])),
         }
     }
 
@@ -366,11 +388,9 @@ impl A2aClient {
         match status {
             200 => serde_json::from_str(&text)
                 .map(Some)
-                .map_err(|_| Error::a2a_protocol("the pipeline state is not JSON")),
+                .map_err(|_| Msg::PipelineStateNotJson.err()),
             404 => Ok(None),
-            s => Err(Error::a2a_unavailable(&format!(
-                "pipeline state answered HTTP {s}"
-            ))),
+            s => Err(Msg::PipelineStateHttp.with(&[&s])),
         }
     }
 
@@ -407,7 +427,7 @@ impl A2aStream {
                     Ok(Some(d)) => d,
                     Ok(None) => return Ok(None),
                     Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                        return Err(Error::a2a_protocol("an SSE event exceeds the size limit"))
+                        return Err(Msg::SseEventTooLarge.err())
                     }
                     Err(e) => return Err(transport_io(&e)),
                 };
@@ -421,14 +441,10 @@ impl A2aStream {
 }
 
 fn parse_rpc(data: &[u8]) -> Result<Value, Error> {
-    let v: Value = serde_json::from_slice(data)
-        .map_err(|_| Error::a2a_protocol("the A2A stream sent data that is not JSON"))?;
+    let v: Value = serde_json::from_slice(data).map_err(|_| Msg::StreamNotJson.err())?;
     match rpc_of(v)? {
         Rpc::Result(r) => Ok(r),
-        Rpc::Error { code, message } => Err(Error::a2a_failed(&format!(
-            "the A2A service answered JSON-RPC error {code}: {}",
-            truncate(&message, 200)
-        ))),
+        Rpc::Error { code, message } => Err(Msg::RpcError.with(&[&code, &truncate(&message, 200)])),
     }
 }
 
@@ -446,34 +462,24 @@ fn rpc_of(mut v: Value) -> Result<Rpc, Error> {
     }
     match v.get_mut("result").map(Value::take) {
         Some(r) if r.is_object() => Ok(Rpc::Result(r)),
-        _ => Err(Error::a2a_protocol(
-            "a JSON-RPC reply has neither result nor error",
-        )),
+        _ => Err(Msg::RpcNeither.err()),
     }
 }
 
 fn check_status(status: u16) -> Result<(), Error> {
     match status {
         200..=299 => Ok(()),
-        401 | 403 => Err(Error::a2a_unavailable(
-            "the A2A service refused the adapter's credentials",
-        )),
-        s => Err(Error::a2a_unavailable(&format!(
-            "the A2A service answered HTTP {s}"
-        ))),
+        401 | 403 => Err(Msg::CredentialsRefused.err()),
+        s => Err(Msg::UpstreamHttp.with(&[&s])),
     }
 }
 
 fn transport(e: ureq::Error) -> Error {
     match e {
         ureq::Error::Io(io) => transport_io(&io),
-        ureq::Error::Timeout(_) => {
-            Error::a2a_unavailable("the A2A service stopped answering (timeout)")
-        }
-        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
-            Error::a2a_unavailable("cannot connect to the A2A service")
-        }
-        other => Error::a2a_unavailable(&truncate(&other.to_string(), 200)),
+        ureq::Error::Timeout(_) => Msg::UpstreamTimeout.err(),
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => Msg::UpstreamUnreachable.err(),
+        other => Msg::Transport.with(&[&truncate(&other.to_string(), 200)]),
     }
 }
 
@@ -485,12 +491,12 @@ fn transport_io(e: &std::io::Error) -> Error {
         .and_then(|inner| inner.downcast_ref::<ureq::Error>())
         .is_some_and(|u| matches!(u, ureq::Error::Timeout(_)));
     if ureq_timeout {
-        return Error::a2a_unavailable("the A2A stream stayed silent too long");
+        return Msg::StreamSilent.err();
     }
     match e.kind() {
-        TimedOut | WouldBlock => Error::a2a_unavailable("the A2A stream stayed silent too long"),
-        ConnectionRefused => Error::a2a_unavailable("cannot connect to the A2A service"),
-        _ => Error::a2a_unavailable("the A2A stream broke off"),
+        TimedOut | WouldBlock => Msg::StreamSilent.err(),
+        ConnectionRefused => Msg::UpstreamUnreachable.err(),
+        _ => Msg::StreamBroke.err(),
     }
 }
 

@@ -1,9 +1,11 @@
 //! The one error type every client-visible failure goes through.
 //!
-//! Each [`Error`] carries a spec [`Code`] and the same message in English and Chinese, so the HTTP
-//! surface and the SSE `RUN_ERROR` pick the reader's language at the last moment ([`Lang`]). Messages
-//! never contain request secrets: callers pass field *names*, never field values.
+//! Each [`Error`] is a catalogue message ([`Msg`], src/messages.rs: code, status, one sentence per
+//! language) plus its parameters, so the HTTP surface and the SSE `RUN_ERROR` render the reader's
+//! language ([`Lang`], decided once per request) at the last moment. Messages never contain
+//! request secrets: callers pass field *names*, never field values.
 
+pub use crate::messages::Msg;
 use std::fmt;
 
 /// The error codes of the spec (plus `EXECUTION_NOT_FOUND` from the cancel extension,
@@ -11,6 +13,10 @@ use std::fmt;
 /// and `INTERNAL_ERROR` for a request handler that panicked, where the reference gives a bare 500).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
+    Unauthorized,
+    UnsupportedMediaType,
+    RequestTooLarge,
+    InvalidJson,
     InvalidInput,
     DuplicateRunId,
     RunIdConflict,
@@ -36,6 +42,10 @@ pub enum Code {
 impl Code {
     pub fn as_str(self) -> &'static str {
         match self {
+            Code::Unauthorized => "UNAUTHORIZED",
+            Code::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Code::RequestTooLarge => "REQUEST_TOO_LARGE",
+            Code::InvalidJson => "INVALID_JSON",
             Code::InvalidInput => "INVALID_INPUT",
             Code::DuplicateRunId => "DUPLICATE_RUN_ID",
             Code::RunIdConflict => "RUN_ID_CONFLICT",
@@ -62,7 +72,10 @@ impl Code {
     /// The HTTP status used when the error is answered before the SSE stream starts.
     pub fn http_status(self) -> u16 {
         match self {
-            Code::InvalidInput | Code::ResumePayloadInvalid => 400,
+            Code::Unauthorized => 401,
+            Code::UnsupportedMediaType => 415,
+            Code::RequestTooLarge => 413,
+            Code::InvalidJson | Code::InvalidInput | Code::ResumePayloadInvalid => 400,
             Code::IncompleteResume | Code::UnknownInterrupt => 400,
             Code::ExecutionNotFound => 404,
             Code::ExecutionExpired => 410,
@@ -84,93 +97,123 @@ impl fmt::Display for Code {
     }
 }
 
-/// The language of user-visible messages.
+/// The language of user-visible messages: the reference's seven. The order is the column order
+/// of the catalogue (src/messages.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Lang {
     #[default]
     En,
     Zh,
+    Es,
+    Fr,
+    De,
+    Ja,
+    Pt,
 }
 
 impl Lang {
-    /// `preferredLanguage` (when given) wins over `Accept-Language`; English is the fallback.
-    pub fn choose(preferred: Option<&str>, accept_language: Option<&str>) -> Lang {
-        if let Some(lang) = preferred.and_then(Lang::from_tag) {
-            return lang;
+    /// Every language, in catalogue column order.
+    pub const ALL: [Lang; 7] = [
+        Lang::En,
+        Lang::Zh,
+        Lang::Es,
+        Lang::Fr,
+        Lang::De,
+        Lang::Ja,
+        Lang::Pt,
+    ];
+
+    /// The primary subtag: what the kernel gets as `preferredLanguage` when the client sent none.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Zh => "zh",
+            Lang::Es => "es",
+            Lang::Fr => "fr",
+            Lang::De => "de",
+            Lang::Ja => "ja",
+            Lang::Pt => "pt",
         }
-        let Some(header) = accept_language else {
-            return Lang::En;
-        };
-        // Highest q first; ties keep header order.
-        let mut tags: Vec<(f32, usize, &str)> = header
-            .split(',')
-            .enumerate()
-            .filter_map(|(i, item)| {
-                let mut bits = item.split(';');
-                let tag = bits.next()?.trim();
-                let q = bits
-                    .find_map(|b| b.trim().strip_prefix("q="))
-                    .and_then(|q| q.parse::<f32>().ok())
-                    .unwrap_or(1.0);
-                Some((q, i, tag))
-            })
-            .collect();
-        tags.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        tags.iter()
-            .filter(|t| t.0 > 0.0)
-            .find_map(|t| Lang::from_tag(t.2))
-            .unwrap_or(Lang::En)
     }
 
-    fn from_tag(tag: &str) -> Option<Lang> {
-        let primary = tag.trim().split(['-', '_']).next()?.to_ascii_lowercase();
-        match primary.as_str() {
-            "zh" => Some(Lang::Zh),
-            "en" => Some(Lang::En),
-            _ => None,
+    /// The one language decision of a request: `preferredLanguage` when it normalises to a
+    /// supported language, else `Accept-Language`, else English (the reference's order).
+    pub fn choose(preferred: Option<&str>, accept_language: Option<&str>) -> Lang {
+        preferred
+            .and_then(Lang::normalize)
+            .or_else(|| accept_language.map(Lang::from_accept_language))
+            .unwrap_or_default()
+    }
+
+    /// Trim, lowercase, `_` → `-`, keep the primary subtag; `None` when it is not supported
+    /// (`zh-CN` → zh, `pt_BR` → pt).
+    pub fn normalize(tag: &str) -> Option<Lang> {
+        let tag = tag.trim().to_ascii_lowercase().replace('_', "-");
+        let primary = tag.split('-').next().unwrap_or("");
+        Lang::ALL.into_iter().find(|l| l.tag() == primary)
+    }
+
+    /// `Accept-Language` as the reference reads it: the first `q=` of an item (a parse error is
+    /// q=0); q ≤ 0, q > 1 and non-finite q skipped; `*` is the fallback (English); unsupported tags
+    /// skipped; the highest q wins, the earliest item on a tie.
+    fn from_accept_language(header: &str) -> Lang {
+        let mut best: Option<(f64, Lang)> = None;
+        for item in header.split(',') {
+            let mut bits = item.split(';');
+            let tag = bits.next().unwrap_or("").trim();
+            let q = bits
+                .find_map(|b| b.trim().strip_prefix("q="))
+                .map_or(1.0, |q| q.trim().parse::<f64>().unwrap_or(0.0));
+            if !q.is_finite() || q <= 0.0 || q > 1.0 {
+                continue;
+            }
+            let lang = if tag == "*" {
+                Some(Lang::default())
+            } else {
+                Lang::normalize(tag)
+            };
+            if let Some(lang) = lang {
+                if best.is_none_or(|(b, _)| q > b) {
+                    best = Some((q, lang));
+                }
+            }
         }
+        best.map(|(_, l)| l).unwrap_or_default()
     }
 }
 
-/// A client-visible failure: a spec code plus the message in both languages.
+/// A client-visible failure: a catalogue message ([`Msg`]) with its parameters; the sentence is
+/// rendered in the reader's language at the last moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     pub code: Code,
-    en: String,
-    zh: String,
-    /// Overrides [`Code::http_status`] (413, 401, 404, 405, 406, 415 all carry `INVALID_INPUT`).
+    msg: Msg,
+    args: Vec<String>,
+    /// Only tiny_http's refusals by a status the catalogue does not list keep that status.
     status: Option<u16>,
 }
 
 impl Error {
-    pub fn new(code: Code, en: impl Into<String>, zh: impl Into<String>) -> Error {
+    pub(crate) fn from_msg(msg: Msg, args: Vec<String>) -> Error {
         Error {
-            code,
-            en: en.into(),
-            zh: zh.into(),
+            code: msg.code(),
+            msg,
+            args,
             status: None,
         }
     }
 
-    /// An `INVALID_INPUT` error.
-    pub fn invalid(en: impl Into<String>, zh: impl Into<String>) -> Error {
-        Error::new(Code::InvalidInput, en, zh)
-    }
-
-    pub fn with_status(mut self, status: u16) -> Error {
-        self.status = Some(status);
-        self
+    /// The catalogue id (tests and metrics tell errors apart by it).
+    pub fn msg(&self) -> Msg {
+        self.msg
     }
 
     pub fn status(&self) -> u16 {
-        self.status.unwrap_or_else(|| self.code.http_status())
+        self.status.unwrap_or_else(|| self.msg.status())
     }
 
-    pub fn message(&self, lang: Lang) -> &str {
-        match lang {
-            Lang::En => &self.en,
-            Lang::Zh => &self.zh,
-        }
+    pub fn message(&self, lang: Lang) -> String {
+        self.msg.render(lang, &self.args)
     }
 
     /// The pre-SSE HTTP body: `{"error":{"code","message"}}`.
@@ -178,98 +221,35 @@ impl Error {
         serde_json::json!({"error": {"code": self.code.as_str(), "message": self.message(lang)}})
     }
 
-    pub fn persistence(what: &str) -> Error {
-        Error::new(
-            Code::StatePersistenceFailed,
-            format!("Recovery-critical state could not be written reliably ({what})."),
-            format!("恢复关键状态无法可靠写入（{what}）。"),
-        )
-    }
-
-    pub fn a2a_unavailable(detail: &str) -> Error {
-        Error::new(
-            Code::A2aUnavailable,
-            format!("The local A2A execution service is unavailable: {detail}."),
-            format!("本地 A2A 执行服务不可用：{detail}。"),
-        )
-    }
-
-    pub fn a2a_protocol(detail: &str) -> Error {
-        Error::new(
-            Code::A2aProtocolError,
-            format!("The A2A service broke the protocol: {detail}."),
-            format!("A2A 服务违反协议：{detail}。"),
-        )
-    }
-
-    pub fn a2a_failed(detail: &str) -> Error {
-        Error::new(
-            Code::A2aExecutionFailed,
-            format!("The A2A task failed: {detail}"),
-            format!("A2A 任务执行失败：{detail}"),
-        )
-    }
-
     /// The answers the HTTP layer gives by itself to a request it cannot serve (framing, limits,
     /// connection cap), by status.
     pub fn http_limit(status: u16) -> Error {
-        let (en, zh) = match status {
-            400 => (
-                "The request is not valid HTTP/1.1 (malformed or ambiguous framing).",
-                "请求不是合法的 HTTP/1.1（格式错误或分帧有歧义）。",
-            ),
-            408 => (
-                "The request was not received in time.",
-                "未能在限定时间内收到完整请求。",
-            ),
-            413 => ("The request body is too large.", "请求体过大。"),
-            414 => ("The request target (URL) is too long.", "请求 URL 过长。"),
-            431 => (
-                "The request header section is too large or has too many fields.",
-                "请求头过大或字段过多。",
-            ),
-            503 => {
-                return Error::new(
-                    Code::A2aUnavailable,
-                    "The server is at its connection limit; retry shortly.",
-                    "服务器连接数已达上限，请稍后重试。",
-                )
+        let msg = match status {
+            400 => Msg::HttpMalformed,
+            408 => Msg::HttpTimeout,
+            413 => Msg::HttpTooLarge,
+            414 => Msg::UrlTooLong,
+            431 => Msg::HeadersTooLarge,
+            503 => Msg::ConnectionCap,
+            _ => {
+                let mut e = Msg::HttpUnservable.err();
+                e.status = Some(status);
+                return e;
             }
-            _ => ("The request could not be served.", "无法处理该请求。"),
         };
-        Error::invalid(en, zh).with_status(status)
+        msg.err()
     }
+}
 
-    /// A handler panicked: the client gets this, the log gets the backtrace.
-    pub fn internal() -> Error {
-        Error::new(
-            Code::InternalError,
-            "Internal server error; the request was not completed.",
-            "服务器内部错误，请求未完成。",
-        )
-    }
-
-    /// No thread could be started for a request: retry later.
-    pub fn overloaded() -> Error {
-        Error::new(
-            Code::A2aUnavailable,
-            "The server cannot take more requests right now; retry shortly.",
-            "服务器暂时无法接收更多请求，请稍后重试。",
-        )
-    }
-
-    pub fn cancelled() -> Error {
-        Error::new(
-            Code::Cancelled,
-            "The execution was cancelled.",
-            "该 execution 已取消。",
-        )
+impl From<Msg> for Error {
+    fn from(msg: Msg) -> Error {
+        msg.err()
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.en)
+        write!(f, "{}: {}", self.code, self.message(Lang::En))
     }
 }
 
@@ -283,37 +263,62 @@ mod tests {
     fn preferred_language_beats_accept_language() {
         assert_eq!(Lang::choose(Some("zh-CN"), Some("en-US")), Lang::Zh);
         assert_eq!(Lang::choose(Some("en"), Some("zh")), Lang::En);
+        assert_eq!(Lang::choose(Some("fr"), Some("zh")), Lang::Fr);
+        assert_eq!(Lang::choose(Some(" PT_br "), None), Lang::Pt);
+        assert_eq!(Lang::choose(Some("ko"), Some("ja")), Lang::Ja);
     }
 
     #[test]
     fn accept_language_respects_q_values() {
-        assert_eq!(Lang::choose(None, Some("fr, en;q=0.5, zh;q=0.8")), Lang::Zh);
+        assert_eq!(Lang::choose(None, Some("ko, en;q=0.5, zh;q=0.8")), Lang::Zh);
         assert_eq!(Lang::choose(None, Some("zh-TW;q=0, en")), Lang::En);
-        assert_eq!(Lang::choose(Some("fr"), Some("zh-Hans")), Lang::Zh);
+        assert_eq!(Lang::choose(None, Some("ja-JP, en;q=0.5")), Lang::Ja);
+        assert_eq!(
+            Lang::choose(None, Some("zh;q=0, en;q=0.2, ja;q=1")),
+            Lang::Ja
+        );
         assert_eq!(Lang::choose(None, None), Lang::En);
     }
 
     #[test]
+    fn accept_language_skips_bad_q_values_and_keeps_the_earliest_tie() {
+        assert_eq!(Lang::choose(None, Some("de;q=x, fr;q=0.1")), Lang::Fr);
+        assert_eq!(
+            Lang::choose(None, Some("de;q=1.5, es;q=NaN, fr;q=0.3")),
+            Lang::Fr
+        );
+        assert_eq!(Lang::choose(None, Some("es;q=0.5, de;q=0.5")), Lang::Es);
+        assert_eq!(Lang::choose(None, Some("*, zh;q=0.9")), Lang::En);
+        assert_eq!(Lang::choose(None, Some("ko;q=1, pt-BR;q=0.1")), Lang::Pt);
+    }
+
+    #[test]
     fn error_json_has_code_and_localized_message() {
-        let e = Error::invalid("bad", "坏");
-        assert_eq!(e.to_json(Lang::Zh)["error"]["message"], "坏");
+        let e = Msg::Missing.with(&[&"threadId"]);
+        assert_eq!(
+            e.to_json(Lang::Zh)["error"]["message"],
+            "缺少必填字段 `threadId`。"
+        );
         assert_eq!(e.to_json(Lang::En)["error"]["code"], "INVALID_INPUT");
         assert_eq!(e.status(), 400);
-        assert_eq!(e.with_status(413).status(), 413);
+        assert_eq!(Msg::BodyTooLarge.with(&[&1]).status(), 413);
     }
 
     #[test]
     fn http_limit_answers_use_the_catalogue() {
-        for status in [400, 408, 413, 414, 431] {
+        for status in [400, 408, 414, 431] {
             let e = Error::http_limit(status);
             assert_eq!((e.code, e.status()), (Code::InvalidInput, status));
             assert!(!e.message(Lang::Zh).is_empty());
         }
+        let e = Error::http_limit(413);
+        assert_eq!((e.code, e.status()), (Code::RequestTooLarge, 413));
         let e = Error::http_limit(503);
         assert_eq!((e.code, e.status()), (Code::A2aUnavailable, 503));
         assert_eq!(
             e.message(Lang::En),
             "The server is at its connection limit; retry shortly."
         );
+        assert_eq!(Error::http_limit(417).status(), 417);
     }
 }

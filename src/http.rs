@@ -7,7 +7,7 @@
 
 use crate::app::App;
 use crate::config::{self, Config};
-use crate::error::{Error, Lang};
+use crate::error::{Error, Lang, Msg};
 use crate::input::{self, MAX_BODY_BYTES};
 use crate::observe::{self, Observer};
 use crate::routing;
@@ -96,7 +96,7 @@ fn dispatch(app: &Arc<App>, req: Request) {
     if let Err(e) = spawned {
         log::error!("cannot spawn a request thread: {e}");
         if let Some(req) = cell.lock().take() {
-            reply_error(req, &Error::overloaded(), Lang::En);
+            reply_error(req, &Msg::Overloaded.err(), Lang::En);
         }
     }
 }
@@ -124,7 +124,7 @@ fn handle_guarded(app: &Arc<App>, req: Request) {
     guarded(
         req,
         |slot| handle(app, slot),
-        |req| reply_error(req, &Error::internal(), Lang::En),
+        |req| reply_error(req, &Msg::Internal.err(), Lang::En),
     );
 }
 
@@ -278,13 +278,7 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
     }
     if let Some(token) = &app.config.auth_token {
         if !bearer_matches(header(req, "Authorization"), token) {
-            return Err(refuse(
-                Error::invalid(
-                    "Missing or invalid bearer token.",
-                    "缺少或无效的 Bearer token。",
-                )
-                .with_status(401),
-            ));
+            return Err(refuse(Msg::Unauthorized.err()));
         }
     }
     if let Route::Metrics = route {
@@ -324,7 +318,7 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
             .map_err(refuse),
         Route::Run => admit_run(app, req, body, accept_language.as_deref()),
         Route::Health | Route::Metrics | Route::Thread(_) | Route::Unknown => {
-            Err(refuse(Error::internal()))
+            Err(refuse(Msg::Internal.err()))
         }
     }
 }
@@ -336,11 +330,7 @@ fn check_method(route: &Route, method: &Method, path: &str) -> Result<(), Error>
         (Route::Thread(_), Method::Get) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
-            return Err(Error::invalid(
-                format!("No route for {shown}."),
-                format!("不存在路由 {shown}。"),
-            )
-            .with_status(404));
+            return Err(Msg::NoRoute.with(&[&shown]));
         }
         _ => false,
     };
@@ -348,11 +338,7 @@ fn check_method(route: &Route, method: &Method, path: &str) -> Result<(), Error>
         return Ok(());
     }
     let shown = shorten(path);
-    Err(Error::invalid(
-        format!("Method {method} is not allowed on {shown}."),
-        format!("{shown} 不支持 {method} 方法。"),
-    )
-    .with_status(405))
+    Err(Msg::MethodNotAllowed.with(&[method, &shown]))
 }
 
 /// A path as echoed in an error: at most 200 bytes, so a long URL is not sent back whole.
@@ -374,11 +360,7 @@ fn check_json_content_type(req: &Request) -> Result<(), Error> {
     if is_json {
         return Ok(());
     }
-    Err(Error::invalid(
-        "The request body must be sent with Content-Type: application/json.",
-        "请求体必须使用 Content-Type: application/json。",
-    )
-    .with_status(415))
+    Err(Msg::UnsupportedMediaType.err())
 }
 
 enum Route {
@@ -453,19 +435,11 @@ fn check_host(config: &Config, req: &Request) -> Result<(), Error> {
     let (host, more) = (hosts.next(), hosts.next().is_some());
     let http11 = *req.http_version() >= (1, 1);
     if more || (host.is_none() && http11) {
-        return Err(Error::invalid(
-            "The request must carry exactly one Host header.",
-            "请求必须且只能携带一个 Host 头。",
-        ));
+        return Err(Msg::HostHeaderCount.err());
     }
     let enforced = config::is_loopback_host(&config.host) || !config.allowed_hosts.is_empty();
     match host {
-        Some(h) if enforced && !host_allowed(h, config) => Err(Error::invalid(
-            "Host not allowed: this server answers only to localhost, 127.0.0.1, [::1] \
-             and its --allowed-host entries.",
-            "Host 不被允许：本服务只接受 localhost、127.0.0.1、[::1] 及 --allowed-host 中的主机名。",
-        )
-        .with_status(403)),
+        Some(h) if enforced && !host_allowed(h, config) => Err(Msg::HostNotAllowed.err()),
         _ => Ok(()),
     }
 }
@@ -517,30 +491,12 @@ fn read_body(
     limit: usize,
     deadline: Duration,
 ) -> Result<Vec<u8>, (Error, bool)> {
-    let too_large = || {
-        Error::invalid(
-            format!("The request body exceeds {} bytes.", limit),
-            format!("请求体超过 {} 字节。", limit),
-        )
-        .with_status(413)
-    };
+    let too_large = || Msg::BodyTooLarge.with(&[&limit]);
     if req.body_length().is_some_and(|n| n > limit) {
         return Err((too_large(), false));
     }
     let started = Instant::now();
-    let timed_out = || {
-        (
-            Error::invalid(
-                format!(
-                    "The request body was not received within {} seconds.",
-                    deadline.as_secs_f64()
-                ),
-                format!("未能在 {} 秒内收到完整请求体。", deadline.as_secs_f64()),
-            )
-            .with_status(408),
-            true,
-        )
-    };
+    let timed_out = || (Msg::BodyTimeout.with(&[&deadline.as_secs_f64()]), true);
     let socket = req.socket();
     let mut body = Vec::with_capacity(req.body_length().unwrap_or(0).min(limit));
     let mut buf = vec![0u8; READ_CHUNK];
@@ -566,8 +522,7 @@ fn read_body(
                 return Err(timed_out())
             }
             Err(_) => {
-                let e = Error::invalid("The request body could not be read.", "无法读取请求体。");
-                return Err((e, true));
+                return Err((Msg::BodyUnreadable.err(), true));
             }
         };
         if body.len() + n > limit {
@@ -596,12 +551,7 @@ fn admit_run(
         })
     });
     if !accepts_sse {
-        let e = Error::invalid(
-            "The client must accept text/event-stream.",
-            "客户端必须接受 text/event-stream。",
-        )
-        .with_status(406);
-        return Err(Refusal::new(e, lang));
+        return Err(Refusal::new(Msg::NotAcceptable.err(), lang));
     }
     let parsed = parsed.map_err(|e| Refusal::new(e, lang))?;
     let thread_header = header(req, routing::THREAD_HEADER);
@@ -691,11 +641,7 @@ impl Cors {
     /// A page of an origin that is not allowed gets no run (nor anything else but `/health`).
     fn check(&self) -> Result<(), Error> {
         match self {
-            Cors::Denied => Err(Error::invalid(
-                "Origin not allowed: start the adapter with --cors-allow-origin for this origin.",
-                "Origin 不被允许：请用 --cors-allow-origin 允许该来源。",
-            )
-            .with_status(403)),
+            Cors::Denied => Err(Msg::OriginNotAllowed.err()),
             _ => Ok(()),
         }
     }

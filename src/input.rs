@@ -4,7 +4,7 @@
 //! message names the offending field (never its value: values may be secrets). The standard envelope
 //! is read leniently (unknown top-level fields pass, as AG-UI allows), the iac-code extension strictly.
 
-use crate::error::{Error, Lang};
+use crate::error::{Error, Lang, Msg};
 use base64::Engine;
 use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -96,29 +96,17 @@ impl ResumeEntry {
     }
 }
 
-fn bad(en: String, zh: String) -> Error {
-    Error::invalid(en, zh)
-}
-
 fn missing(path: &str) -> Error {
-    bad(
-        format!("`{path}` is required."),
-        format!("缺少必填字段 `{path}`。"),
-    )
+    Msg::Missing.with(&[&path])
 }
 
-fn wrong_type(path: &str, want_en: &str, want_zh: &str) -> Error {
-    bad(
-        format!("`{path}` must be {want_en}."),
-        format!("`{path}` 必须是{want_zh}。"),
-    )
+/// `path` is not of the type `want` names (one of the `MustBe*` messages).
+fn wrong_type(path: &str, want: Msg) -> Error {
+    want.with(&[&path])
 }
 
 fn not_json() -> Error {
-    bad(
-        "Invalid AG-UI RunAgentInput envelope: the body is not valid JSON.".into(),
-        "无效的 AG-UI RunAgentInput：请求体不是合法 JSON。".into(),
-    )
+    Msg::NotJson.err()
 }
 
 /// The JSON type of a raw value, from its first byte (serde_json hands out values trimmed).
@@ -160,10 +148,7 @@ impl<'a> Obj<'a> {
     /// The strict form: no unknown and no repeated key.
     fn strict(self, path: &str) -> Result<Obj<'a>, Error> {
         if let Some(k) = &self.unknown {
-            return Err(bad(
-                format!("Unknown field `{path}.{k}`."),
-                format!("未知字段 `{path}.{k}`。"),
-            ));
+            return Err(Msg::UnknownField.with(&[&format!("{path}.{k}")]));
         }
         self.no_duplicate(path)
     }
@@ -178,10 +163,7 @@ impl<'a> Obj<'a> {
                 } else {
                     format!("{path}.{k}")
                 };
-                Err(bad(
-                    format!("Invalid AG-UI RunAgentInput envelope: field `{at}` appears twice."),
-                    format!("无效的 AG-UI RunAgentInput：字段 `{at}` 重复出现。"),
-                ))
+                Err(Msg::DuplicateField.with(&[&at]))
             }
             None => Ok(self),
         }
@@ -191,7 +173,7 @@ impl<'a> Obj<'a> {
 /// Reads `raw` as an object with the `known` keys (a type error when it is not an object).
 fn object<'a>(raw: &'a RawValue, known: &[&'static str], path: &str) -> Result<Obj<'a>, Error> {
     if kind(raw) != Kind::Object {
-        return Err(wrong_type(path, "an object", "对象"));
+        return Err(wrong_type(path, Msg::MustBeObject));
     }
     struct Visit<'k>(&'k [&'static str]);
     impl<'de> Visitor<'de> for Visit<'_> {
@@ -269,14 +251,14 @@ fn string_field(obj: &Obj, key: &str, path: &str) -> Result<Option<String>, Erro
         Some(raw) if kind(raw) == Kind::String => Ok(Some(
             serde_json::from_str(raw.get()).map_err(|_| not_json())?,
         )),
-        Some(_) => Err(wrong_type(path, "a string", "字符串")),
+        Some(_) => Err(wrong_type(path, Msg::MustBeString)),
     }
 }
 
 fn non_empty(obj: &Obj, key: &str, path: &str) -> Result<String, Error> {
     match string_field(obj, key, path)? {
         None => Err(missing(path)),
-        Some(s) if s.trim().is_empty() => Err(wrong_type(path, "a non-empty string", "非空字符串")),
+        Some(s) if s.trim().is_empty() => Err(wrong_type(path, Msg::MustBeNonEmptyString)),
         Some(s) => Ok(s),
     }
 }
@@ -285,7 +267,7 @@ fn bool_field(obj: &Obj, key: &str, path: &str) -> Result<Option<bool>, Error> {
     match obj.get(key) {
         None => Ok(None),
         Some(raw) if kind(raw) == Kind::Bool => Ok(Some(raw.get() == "true")),
-        Some(_) => Err(wrong_type(path, "a boolean", "布尔值")),
+        Some(_) => Err(wrong_type(path, Msg::MustBeBool)),
     }
 }
 
@@ -294,10 +276,7 @@ fn enum_field(obj: &Obj, key: &str, path: &str, allowed: &[&str]) -> Result<Opti
     if let Some(s) = &v {
         if !allowed.contains(&s.as_str()) {
             let list = allowed.join(", ");
-            return Err(bad(
-                format!("`{path}` must be one of: {list}."),
-                format!("`{path}` 只能是以下值之一：{list}。"),
-            ));
+            return Err(Msg::NotOneOf.with(&[&path, &list]));
         }
     }
     Ok(v)
@@ -345,20 +324,12 @@ fn preferred_language(root: &RawValue) -> Option<String> {
 }
 
 fn parse_envelope(root_raw: &RawValue, allowed_cwds: &[PathBuf]) -> Result<RunInput, Error> {
-    let root = object(root_raw, ENVELOPE_FIELDS, "").map_err(|_| {
-        bad(
-            "Invalid AG-UI RunAgentInput envelope: the body must be a JSON object.".into(),
-            "无效的 AG-UI RunAgentInput：请求体必须是 JSON 对象。".into(),
-        )
-    })?;
+    let root = object(root_raw, ENVELOPE_FIELDS, "").map_err(|_| Msg::NotAnObject.err())?;
     let root = root.no_duplicate("")?;
     let thread_id = non_empty(&root, "threadId", "threadId")?;
     let run_id = non_empty(&root, "runId", "runId")?;
     if run_id.len() > MAX_RUN_ID_BYTES {
-        return Err(bad(
-            format!("`runId` must be at most {MAX_RUN_ID_BYTES} bytes."),
-            format!("`runId` 最长 {MAX_RUN_ID_BYTES} 字节。"),
-        ));
+        return Err(Msg::RunIdTooLong.with(&[&MAX_RUN_ID_BYTES]));
     }
     let parent_run_id = match root.get("parentRunId") {
         Some(raw) if kind(raw) == Kind::Null => None,
@@ -368,23 +339,20 @@ fn parse_envelope(root_raw: &RawValue, allowed_cwds: &[PathBuf]) -> Result<RunIn
     // client leaves a null `agent.state` out of the request (real chat UIs start with one).
     let messages = root.get("messages").ok_or_else(|| missing("messages"))?;
     if kind(messages) != Kind::Array {
-        return Err(wrong_type("messages", "an array", "数组"));
+        return Err(wrong_type("messages", Msg::MustBeArray));
     }
     // `tools` and `context` default to `[]` in the 1.0 schema: absent or null is that default.
     let defaulted = |key: &str| root.get(key).filter(|raw| kind(raw) != Kind::Null);
     if let Some(tools) = defaulted("tools") {
         if kind(tools) != Kind::Array {
-            return Err(wrong_type("tools", "an array", "数组"));
+            return Err(wrong_type("tools", Msg::MustBeArray));
         }
         if !tools.get()[1..].trim_start().starts_with(']') {
-            return Err(bad(
-                "`tools` must be an empty array: client-defined tools are not supported.".into(),
-                "`tools` 必须是空数组：暂不支持客户端自定义工具。".into(),
-            ));
+            return Err(Msg::ToolsNotEmpty.err());
         }
     }
     if defaulted("context").is_some_and(|c| kind(c) != Kind::Array) {
-        return Err(wrong_type("context", "an array", "数组"));
+        return Err(wrong_type("context", Msg::MustBeArray));
     }
     let forwarded = object(
         root.get("forwardedProps")
@@ -404,10 +372,7 @@ fn parse_envelope(root_raw: &RawValue, allowed_cwds: &[PathBuf]) -> Result<RunIn
         Some(raw) => Some(parse_resume(raw)?),
     };
     if user_message.is_none() && resume.is_none() {
-        return Err(bad(
-            "`messages` must contain a user message (or the request must carry `resume`).".into(),
-            "`messages` 必须包含一条 user 消息（或请求携带 `resume`）。".into(),
-        ));
+        return Err(Msg::NoUserMessage.err());
     }
     Ok(RunInput {
         digest: request_digest(root_raw.get(), &secrets),
@@ -475,12 +440,7 @@ fn parse_iac_code<'a>(
     match obj.get("schemaVersion") {
         None => return Err(missing("forwardedProps.iacCode.schemaVersion")),
         Some(n) if kind(n) == Kind::Number && value(n)?.as_f64() == Some(1.0) => {}
-        Some(_) => {
-            return Err(bad(
-                "`forwardedProps.iacCode.schemaVersion` must be 1.".into(),
-                "`forwardedProps.iacCode.schemaVersion` 必须为 1。".into(),
-            ))
-        }
+        Some(_) => return Err(Msg::SchemaVersion.err()),
     }
     let ros_invocation_id = non_empty(
         &obj,
@@ -488,10 +448,7 @@ fn parse_iac_code<'a>(
         "forwardedProps.iacCode.rosInvocationId",
     )?;
     if ros_invocation_id.chars().count() > MAX_ROS_INVOCATION_ID {
-        return Err(bad(
-            format!("`forwardedProps.iacCode.rosInvocationId` must be at most {MAX_ROS_INVOCATION_ID} characters."),
-            format!("`forwardedProps.iacCode.rosInvocationId` 最长 {MAX_ROS_INVOCATION_ID} 个字符。"),
-        ));
+        return Err(Msg::RosInvocationIdTooLong.with(&[&MAX_ROS_INVOCATION_ID]));
     }
     let cwd = non_empty(&obj, "cwd", "forwardedProps.iacCode.cwd")?;
     check_cwd(&cwd, allowed_cwds)?;
@@ -560,8 +517,7 @@ fn parse_thinking(raw: &RawValue) -> Result<Thinking, Error> {
             _ => {
                 return Err(wrong_type(
                     "forwardedProps.iacCode.thinking.budget",
-                    "a positive integer",
-                    "正整数",
+                    Msg::MustBePositiveInteger,
                 ))
             }
         },
@@ -579,19 +535,13 @@ fn parse_thinking(raw: &RawValue) -> Result<Thinking, Error> {
 /// path's tail does not exist yet.
 fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
     if cwd.chars().any(char::is_control) {
-        return Err(bad(
-            "`forwardedProps.iacCode.cwd` must not contain control characters.".into(),
-            "`forwardedProps.iacCode.cwd` 不能包含控制字符。".into(),
-        ));
+        return Err(Msg::CwdControlChars.err());
     }
     let path = Path::new(cwd);
     let lexical_ok =
         path.is_absolute() && !path.components().any(|c| matches!(c, Component::ParentDir));
     if !lexical_ok {
-        return Err(bad(
-            "`forwardedProps.iacCode.cwd` must be an absolute path without `..`.".into(),
-            "`forwardedProps.iacCode.cwd` 必须是不含 `..` 的绝对路径。".into(),
-        ));
+        return Err(Msg::CwdNotAbsolute.err());
     }
     let inside = |p: &Path| {
         roots.iter().any(|root| {
@@ -611,16 +561,7 @@ fn check_cwd(cwd: &str, roots: &[PathBuf]) -> Result<(), Error> {
         let shown = std::env::join_paths(roots)
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
-        Err(bad(
-            format!(
-                "`forwardedProps.iacCode.cwd` is not inside an allowed workspace root \
-                 (IAC_CODE_AGUI_ALLOWED_CWDS: {shown})."
-            ),
-            format!(
-                "`forwardedProps.iacCode.cwd` 不在允许的工作区根目录内\
-                 （IAC_CODE_AGUI_ALLOWED_CWDS：{shown}）。"
-            ),
-        ))
+        Err(Msg::CwdNotAllowed.with(&[&shown]))
     }
 }
 
@@ -670,12 +611,7 @@ fn parse_messages(messages: &RawValue) -> Result<Option<UserMessage>, Error> {
 }
 
 fn user_parts(content: &RawValue, path: &str, images: &mut usize) -> Result<Vec<Value>, Error> {
-    let empty = || {
-        bad(
-            format!("`{path}.content` must not be empty."),
-            format!("`{path}.content` 不能为空。"),
-        )
-    };
+    let empty = || Msg::ContentEmpty.with(&[&path]);
     match kind(content) {
         Kind::String => {
             let s: String = serde_json::from_str(content.get()).map_err(|_| not_json())?;
@@ -697,8 +633,7 @@ fn user_parts(content: &RawValue, path: &str, images: &mut usize) -> Result<Vec<
         }
         _ => Err(wrong_type(
             &format!("{path}.content"),
-            "a string or an array of parts",
-            "字符串或 part 数组",
+            Msg::MustBeStringOrParts,
         )),
     }
 }
@@ -713,10 +648,7 @@ fn content_part(part: &RawValue, path: &str, images: &mut usize) -> Result<Value
             Ok(serde_json::json!({ "text": text }))
         }
         "image" => image_part(&obj, path, images),
-        other => Err(bad(
-            format!("`{path}`: content parts of type `{other}` are not supported (only text and inline images)."),
-            format!("`{path}`：不支持 `{other}` 类型的内容（仅支持文本和内联图片）。"),
-        )),
+        other => Err(Msg::PartUnsupported.with(&[&path, &other])),
     }
 }
 
@@ -733,42 +665,26 @@ fn image_part(obj: &Obj, path: &str, images: &mut usize) -> Result<Value, Error>
         _ => None,
     };
     if source_type.as_ref().and_then(Value::as_str) != Some("data") {
-        return Err(bad(
-            format!("`{path}`: only inline base64 images (`source.type: \"data\"`) are supported; remote URLs are not."),
-            format!("`{path}`：仅支持内联 base64 图片（`source.type: \"data\"`），不支持远程 URL。"),
-        ));
+        return Err(Msg::ImageNotInline.with(&[&path]));
     }
     let mime = non_empty(&source, "mimeType", &format!("{path}.source.mimeType"))?;
     if !mime.starts_with("image/") {
         return Err(wrong_type(
             &format!("{path}.source.mimeType"),
-            "an image/* media type",
-            "image/* 媒体类型",
+            Msg::MustBeImageType,
         ));
     }
     let data = non_empty(&source, "value", &format!("{path}.source.value"))?;
     let decoded_len = base64::engine::general_purpose::STANDARD
         .decode(data.trim())
-        .map_err(|_| {
-            wrong_type(
-                &format!("{path}.source.value"),
-                "valid base64",
-                "合法的 base64",
-            )
-        })?
+        .map_err(|_| wrong_type(&format!("{path}.source.value"), Msg::MustBeBase64))?
         .len();
     if decoded_len > MAX_IMAGE_BYTES {
-        return Err(bad(
-            format!("`{path}`: an image may be at most 8 MiB after decoding."),
-            format!("`{path}`：单张图片解码后不得超过 8 MiB。"),
-        ));
+        return Err(Msg::ImageTooLarge.with(&[&path, &(MAX_IMAGE_BYTES >> 20)]));
     }
     *images += decoded_len;
     if *images > MAX_IMAGES_BYTES {
-        return Err(bad(
-            "All images together may be at most 10 MiB after decoding.".into(),
-            "全部图片解码后合计不得超过 10 MiB。".into(),
-        ));
+        return Err(Msg::ImagesTooLarge.with(&[&(MAX_IMAGES_BYTES >> 20)]));
     }
     // The base64 text moves into the part (no copy unless it had surrounding blanks).
     let data = if data.trim().len() == data.len() {
@@ -792,7 +708,7 @@ fn image_part(obj: &Obj, path: &str, images: &mut usize) -> Result<Value, Error>
 
 fn parse_resume(raw: &RawValue) -> Result<Vec<ResumeEntry>, Error> {
     if kind(raw) != Kind::Array {
-        return Err(wrong_type("resume", "an array", "数组"));
+        return Err(wrong_type("resume", Msg::MustBeArray));
     }
     let mut entries = Vec::new();
     each_element(raw, |i, item| {
@@ -832,23 +748,13 @@ pub(crate) struct CancelRequest {
 /// Parses the cancel extension's body: a JSON object with `threadId` and `rosInvocationId`, both
 /// non-empty strings (other fields pass unread).
 pub(crate) fn parse_cancel(body: &[u8]) -> Result<CancelRequest, Error> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| {
-        Error::invalid(
-            "The cancel request body must be JSON.",
-            "取消请求体必须是 JSON。",
-        )
-    })?;
+    let v: Value = serde_json::from_slice(body).map_err(|_| Msg::CancelNotJson.err())?;
     let field = |k: &str| {
         v.get(k)
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(String::from)
-            .ok_or_else(|| {
-                Error::invalid(
-                    format!("`{k}` is required."),
-                    format!("缺少必填字段 `{k}`。"),
-                )
-            })
+            .ok_or_else(|| missing(k))
     };
     Ok(CancelRequest {
         thread_id: field("threadId")?,

@@ -4,7 +4,8 @@
 //! message, `responseSchema`, metadata) and how a resolved payload becomes the answer the kernel
 //! understands (a permission data part, or the answer text for questions and selections).
 
-use crate::error::{Code, Error, Lang};
+use crate::a2a::incoming;
+use crate::error::{Error, Lang, Msg};
 use serde_json::{json, Map, Value};
 
 /// Envelope fields kept in the state file (the reference's whitelist: display and correlation
@@ -41,9 +42,9 @@ const PERSISTED_FIELDS: &[&str] = &[
 /// `pendingPermissions[]` item, de-duplicated by `inputId`, reduced to the persisted fields.
 pub fn inputs_of(iac: &Value) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
-    let single = iac.get("input").into_iter();
+    let single = iac.get(incoming::INPUT).into_iter();
     let listed = iac
-        .get("pendingPermissions")
+        .get(incoming::PENDING_PERMISSIONS)
         .and_then(Value::as_array)
         .into_iter()
         .flatten();
@@ -74,8 +75,42 @@ pub fn is_sideband(input: &Value) -> bool {
         || input.get("subPipelineId").and_then(Value::as_str).is_some()
 }
 
-fn kind(input: &Value) -> &str {
-    input.get("kind").and_then(Value::as_str).unwrap_or("")
+/// An input's `kind`, read once. Each kind has its own schema and answer; `Other` (a kind this
+/// adapter does not know, e.g. the kernel's `input_required`) is answered like a question, as the
+/// reference does, but is a case of its own so that adding a kind is a compile-time checklist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Permission,
+    Question,
+    OptionSelection,
+    DeploymentConfirmation,
+    CloudResourceSelection,
+    Other,
+}
+
+impl Kind {
+    pub(crate) fn of(input: &Value) -> Kind {
+        match input.get("kind").and_then(Value::as_str).unwrap_or("") {
+            "permission" => Kind::Permission,
+            "ask_user_question" => Kind::Question,
+            "candidate_selection" => Kind::OptionSelection,
+            "deployment_confirmation" => Kind::DeploymentConfirmation,
+            "cloud_resource_selection" => Kind::CloudResourceSelection,
+            _ => Kind::Other,
+        }
+    }
+
+    /// The wire name (`None` for a kind this adapter does not know).
+    pub(crate) fn as_str(self) -> Option<&'static str> {
+        match self {
+            Kind::Permission => Some("permission"),
+            Kind::Question => Some("ask_user_question"),
+            Kind::OptionSelection => Some("candidate_selection"),
+            Kind::DeploymentConfirmation => Some("deployment_confirmation"),
+            Kind::CloudResourceSelection => Some("cloud_resource_selection"),
+            Kind::Other => None,
+        }
+    }
 }
 
 fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
@@ -117,19 +152,19 @@ pub fn standard_options(input: &Value) -> Vec<(String, String)> {
 /// The JSON Schema a resolved payload must satisfy.
 pub fn response_schema(input: &Value) -> Value {
     let options = standard_options(input);
-    match kind(input) {
-        "permission" => json!({
+    match Kind::of(input) {
+        Kind::Permission => json!({
             "type": "object",
             "properties": {"decision": {"type": "string", "enum": ["allow_once", "deny"]}},
             "required": ["decision"],
             "additionalProperties": false
         }),
-        "cloud_resource_selection" => json!({"oneOf": [
+        Kind::CloudResourceSelection => json!({"oneOf": [
             {"type": "object", "properties": {"value": {"type": "string", "minLength": 1}, "label": {"type": "string"}},
              "required": ["value"], "additionalProperties": false},
             free_text_branch()
         ]}),
-        "deployment_confirmation" => {
+        Kind::DeploymentConfirmation => {
             let raw = input
                 .get("options")
                 .and_then(Value::as_array)
@@ -154,7 +189,7 @@ pub fn response_schema(input: &Value) -> Value {
                 "required": ["action"], "additionalProperties": false}));
             json!({ "oneOf": branches })
         }
-        _ => {
+        Kind::Question | Kind::OptionSelection | Kind::Other => {
             let mut branches: Vec<Value> = options
                 .iter()
                 .map(|(id, title)| {
@@ -180,7 +215,7 @@ fn free_text_branch() -> Value {
 /// Checks a deployment confirmation envelope: every option needs a unique non-empty `id` of at most
 /// 200 characters and an `action` among confirm/adjust/reselect/cancel.
 pub fn check_envelope(input: &Value) -> Result<(), Error> {
-    if kind(input) != "deployment_confirmation" {
+    if Kind::of(input) != Kind::DeploymentConfirmation {
         return Ok(());
     }
     let options = input
@@ -194,9 +229,7 @@ pub fn check_envelope(input: &Value) -> Result<(), Error> {
         let action = o.get("action").and_then(Value::as_str).unwrap_or("");
         let ok_action = matches!(action, "confirm" | "adjust" | "reselect" | "cancel");
         if id.is_empty() || id.chars().count() > 200 || seen.contains(&id) || !ok_action {
-            return Err(Error::a2a_protocol(
-                "a deployment confirmation option is invalid",
-            ));
+            return Err(Msg::DeploymentOptionInvalid.err());
         }
         seen.push(id);
     }
@@ -206,15 +239,12 @@ pub fn check_envelope(input: &Value) -> Result<(), Error> {
 /// The AG-UI `Interrupt` for a pending input.
 pub fn to_interrupt(input: &Value, expires_at: &str, lang: Lang) -> Value {
     let options = standard_options(input);
-    let is_permission = kind(input) == "permission";
+    let is_permission = Kind::of(input) == Kind::Permission;
     let message = if is_permission {
         str_of(input, "prompt")
             .or_else(|| str_of(input, "title"))
             .map(String::from)
-            .unwrap_or_else(|| match lang {
-                Lang::En => "Permission required".into(),
-                Lang::Zh => "需要授权".into(),
-            })
+            .unwrap_or_else(|| Msg::PermissionRequired.render(lang, &[]))
     } else {
         let mut m = str_of(input, "prompt")
             .or_else(|| str_of(input, "title"))
@@ -265,30 +295,28 @@ pub enum Answer {
 
 /// Validates a resume entry against its interrupt and builds the kernel answer.
 pub fn answer(input: &Value, cancelled: bool, payload: Option<&Value>) -> Result<Answer, Error> {
-    let is_permission = kind(input) == "permission";
+    let is_permission = Kind::of(input) == Kind::Permission;
     if cancelled && !is_permission {
         return Ok(Answer::CancelExecution);
     }
     let deny = json!({"decision": "deny"});
     let payload = if cancelled { Some(&deny) } else { payload };
     let Some(payload) = payload else {
-        return Err(payload_invalid("the resolved answer has no payload"));
+        return Err(Msg::PayloadMissing.err());
     };
     let schema = response_schema(input);
-    let validator = jsonschema::validator_for(&schema)
-        .map_err(|_| payload_invalid("the interrupt's response schema is invalid"))?;
+    let validator =
+        jsonschema::validator_for(&schema).map_err(|_| Msg::ResponseSchemaInvalid.err())?;
     if let Some(first) = validator.iter_errors(payload).next() {
         // The schema error names the failing location, never the payload's values.
         let at = first.instance_path.to_string();
         let at = if at.is_empty() { "/".to_string() } else { at };
-        return Err(payload_invalid(&format!(
-            "the payload does not match the interrupt's responseSchema at `{at}`"
-        )));
+        return Err(Msg::PayloadMismatch.with(&[&at]));
     }
     if is_permission {
         let data = json!({
             "schemaVersion": 1,
-            "kind": "permission",
+            "kind": Kind::Permission.as_str(),
             "requestTaskId": input.get("requestTaskId").cloned().unwrap_or(Value::Null),
             "inputId": input.get("inputId").cloned().unwrap_or(Value::Null),
             "toolUseId": input.get("toolUseId").cloned().unwrap_or(Value::Null),
@@ -301,23 +329,22 @@ pub fn answer(input: &Value, cancelled: bool, payload: Option<&Value>) -> Result
     }
     let text = answer_text(input, payload);
     if text.trim().is_empty() {
-        return Err(payload_invalid(
-            "the interrupt response does not contain an answer",
-        ));
+        return Err(Msg::NoAnswer.err());
     }
-    let extra_metadata =
-        (kind(input) == "cloud_resource_selection" && payload.get("value").is_some()).then(|| {
-            let mut r = json!({
-                "schemaVersion": 1, "kind": "cloud_resource_selection", "status": "selected",
-                "requestTaskId": input.get("requestTaskId"), "contextId": input.get("contextId"),
-                "inputId": input.get("inputId"), "toolUseId": input.get("toolUseId"),
-                "selectorId": input.pointer("/selector/id"), "value": payload["value"],
-            });
-            if let Some(label) = payload.get("label") {
-                r["label"] = label.clone();
-            }
-            json!({ "inputResponse": r })
+    let extra_metadata = (Kind::of(input) == Kind::CloudResourceSelection
+        && payload.get("value").is_some())
+    .then(|| {
+        let mut r = json!({
+            "schemaVersion": 1, "kind": Kind::CloudResourceSelection.as_str(), "status": "selected",
+            "requestTaskId": input.get("requestTaskId"), "contextId": input.get("contextId"),
+            "inputId": input.get("inputId"), "toolUseId": input.get("toolUseId"),
+            "selectorId": input.pointer("/selector/id"), "value": payload["value"],
         });
+        if let Some(label) = payload.get("label") {
+            r["label"] = label.clone();
+        }
+        json!({ "inputResponse": r })
+    });
     Ok(Answer::Message {
         parts: vec![json!({ "text": text })],
         extra_metadata,
@@ -329,7 +356,8 @@ fn answer_text(input: &Value, payload: &Value) -> String {
     if let Some(text) = str_of(payload, "freeText").or_else(|| str_of(payload, "free_text")) {
         return text.to_string();
     }
-    if kind(input) == "cloud_resource_selection" {
+    let kind = Kind::of(input);
+    if kind == Kind::CloudResourceSelection {
         return str_of(payload, "label")
             .or_else(|| str_of(payload, "value"))
             .unwrap_or("")
@@ -340,7 +368,7 @@ fn answer_text(input: &Value, payload: &Value) -> String {
         let index = standard_options(input).iter().position(|(o, _)| o == id)?;
         input.get("options")?.as_array()?.get(index).cloned()
     });
-    if kind(input) == "deployment_confirmation" {
+    if kind == Kind::DeploymentConfirmation {
         let action = option
             .as_ref()
             .and_then(|o| str_of(o, "action").map(String::from))
@@ -363,19 +391,10 @@ fn answer_text(input: &Value, payload: &Value) -> String {
     }
 }
 
-fn payload_invalid(why: &str) -> Error {
-    Error::new(
-        Code::ResumePayloadInvalid,
-        format!(
-            "The resume payload is invalid: {why}. The interrupt stays pending; answer it again."
-        ),
-        format!("Resume payload 无效：{why}。该 Interrupt 仍待处理，可重新提交。"),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Code;
 
     fn permission() -> Value {
         json!({"kind": "permission", "schemaVersion": 1.0, "requestTaskId": "task-1", "contextId": "ctx",
@@ -412,6 +431,18 @@ mod tests {
             i["responseSchema"]["properties"]["decision"]["enum"],
             json!(["allow_once", "deny"])
         );
+    }
+
+    #[test]
+    fn the_permission_fallback_text_follows_the_request_language() {
+        let mut bare = permission();
+        bare.as_object_mut()
+            .unwrap()
+            .retain(|k, _| k != "prompt" && k != "title");
+        let text = |lang| to_interrupt(&bare, "t", lang)["message"].clone();
+        assert_eq!(text(Lang::En), "Permission required");
+        assert_eq!(text(Lang::Fr), "Autorisation requise");
+        assert_eq!(text(Lang::Zh), "需要授权");
     }
 
     #[test]

@@ -26,7 +26,8 @@
 //! | [`kernel`] | supervision of a managed `iac-code a2a` |
 //! | [`metrics`] | counters and histograms for `GET /metrics` (Prometheus text) |
 //! | [`logctx`] | the run's ids as log fields (`--log-format json`) |
-//! | [`error`] | the one error type, with the spec's codes, in English and Chinese |
+//! | [`error`] | the one error type, the spec's codes, the seven languages and the one language decision |
+//! | [`messages`] | the one catalogue of user-visible messages (code, status, a sentence per language) |
 //! | [`ids`] | ids, digests, clocks |
 //!
 //! The projection can be driven without sockets:
@@ -63,6 +64,7 @@ pub mod input;
 pub mod interrupts;
 pub mod kernel;
 pub mod logctx;
+pub mod messages;
 pub mod metrics;
 pub mod observe;
 pub mod projection;

@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn the_exposition_has_every_family_with_help_and_type() {
-        run_ended(&End::Failed(crate::error::Error::cancelled()));
+        run_ended(&End::Failed(crate::error::Msg::Cancelled.err()));
         rejected(401, Code::InvalidInput);
         let text = render(3);
         for family in [

@@ -16,7 +16,7 @@
 //! reveals nothing. The bearer token (when configured) is checked first, as for `POST /`.
 
 use crate::app::App;
-use crate::error::{Code, Error, Lang};
+use crate::error::{Error, Lang, Msg};
 use crate::ids;
 use crate::interrupts;
 use crate::projection::{normalize_state, Durable, End, Projection, RunIds};
@@ -56,27 +56,15 @@ fn look(app: &App, thread_id: &str) -> Result<Option<Snapshot>, Error> {
 }
 
 fn thread_not_found() -> Error {
-    Error::new(
-        Code::ExecutionNotFound,
-        "The thread was not found for this caller.",
-        "未找到该调用方的 thread。",
-    )
+    Msg::ThreadNotFound.err()
 }
 
 fn not_found() -> Error {
-    Error::new(
-        Code::ExecutionNotFound,
-        "The execution was not found or has no live task to observe.",
-        "未找到该 execution，或其没有可观察的任务。",
-    )
+    Msg::ObservedNotFound.err()
 }
 
 fn identity_changed() -> Error {
-    Error::new(
-        Code::ThreadBindingConflict,
-        "The observed execution's identity does not match (executionId, runId or rosInvocationId).",
-        "被观察 execution 的身份不匹配（executionId、runId 或 rosInvocationId）。",
-    )
+    Msg::ObservedIdentityMismatch.err()
 }
 
 /// One `key=value` of a query string, percent-decoded; `None` when absent or empty.
@@ -125,10 +113,7 @@ pub fn thread_status(app: &App, thread_id: &str, query: &str, lang: Lang) -> Res
     let ros = query_param(query, "rosInvocationId");
     let user = query_param(query, "userId");
     if ros.is_none() && user.is_none() {
-        return Err(Error::invalid(
-            "The thread lookup needs `rosInvocationId` or `userId` (query parameters).",
-            "查询 thread 需要 `rosInvocationId` 或 `userId`（查询参数）。",
-        ));
+        return Err(Msg::LookupNeedsIdentity.err());
     }
     let Snapshot { doc, active } = look(app, thread_id)?.ok_or_else(thread_not_found)?;
     let exec = doc.execution.as_ref();
@@ -190,13 +175,7 @@ pub fn admit_observer(
     body: &[u8],
     lang: Lang,
 ) -> Result<Observer, Error> {
-    let bad = || {
-        Error::invalid(
-            "Invalid observation identity: `threadId`, `runId` and `rosInvocationId` are required \
-             non-empty strings (and `afterSequence` the only other key).",
-            "观察身份无效：`threadId`、`runId`、`rosInvocationId` 必须是非空字符串（另仅允许 `afterSequence`）。",
-        )
-    };
+    let bad = || Msg::ObserveIdentityInvalid.err();
     let v: Value = serde_json::from_slice(body).map_err(|_| bad())?;
     let obj = v.as_object().ok_or_else(bad)?;
     if obj.keys().any(|k| !SUBSCRIBE_FIELDS.contains(&k.as_str())) {
@@ -393,13 +372,9 @@ fn settled(app: &App, obs: &Observer) -> End {
         .unwrap_or_default();
     match state.as_str() {
         "completed" | "input-required" => End::Success,
-        "canceled" | "cancelled" => End::Failed(Error::cancelled()),
-        "failed" | "rejected" | "auth-required" => {
-            End::Failed(Error::a2a_failed("the observed execution failed."))
-        }
-        _ => End::Failed(Error::a2a_unavailable(
-            "the observed task could not be followed to its end",
-        )),
+        "canceled" | "cancelled" => End::Failed(Msg::Cancelled.err()),
+        "failed" | "rejected" | "auth-required" => End::Failed(Msg::ObservedFailed.err()),
+        _ => End::Failed(Msg::ObservedLost.err()),
     }
 }
 

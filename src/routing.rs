@@ -12,7 +12,7 @@
 //!   conversation history is answered 503 `STATE_UNAVAILABLE` — its state is on another pair (down,
 //!   or the pairs changed); the client retries later. A thread with no history is new: admitted.
 
-use crate::error::{Code, Error};
+use crate::error::{Error, Msg};
 use crate::input::RunInput;
 use crate::store::Store;
 use serde::Deserialize;
@@ -66,10 +66,7 @@ pub(crate) fn check_cancel(
 /// The header, when present, must equal the body's thread id byte for byte.
 fn check_header(header: Option<&str>, body_thread: Option<&str>) -> Result<(), Error> {
     match (header.map(str::trim), body_thread) {
-        (Some(h), Some(b)) if h != b => Err(Error::invalid(
-            format!("The {THREAD_HEADER} header does not match the body's threadId."),
-            format!("{THREAD_HEADER} 头与请求体中的 threadId 不一致。"),
-        )),
+        (Some(h), Some(b)) if h != b => Err(Msg::ThreadHeaderMismatch.with(&[&THREAD_HEADER])),
         _ => Ok(()),
     }
 }
@@ -109,19 +106,13 @@ fn has_history(body: &[u8]) -> bool {
 }
 
 fn not_held() -> Error {
-    Error::new(
-        Code::StateUnavailable,
-        "This thread is not held by this adapter pair: its conversation lives on another pair \
-         (down or restarting, or the set of pairs changed). Retry later; starting it over here \
-         would lose its history.",
-        "该 thread 不属于本 adapter 实例组：其会话保存在另一组实例上（该组已停止或正在重启，\
-         或实例组已变更）。请稍后重试；在此重新开始会丢失其历史。",
-    )
+    Msg::NotThisPair.err()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Code;
 
     fn input(thread: &str, resume: bool) -> RunInput {
         RunInput {

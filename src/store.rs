@@ -6,7 +6,7 @@
 //! reads and writes one thread. The layout is the reference adapter's; it never holds conversation
 //! text or credentials.
 
-use crate::error::{Code, Error};
+use crate::error::{Error, Msg};
 use crate::ids;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -336,7 +336,7 @@ impl Store {
     /// Atomically replaces a thread's document.
     pub fn save(&self, doc: &ThreadDoc) -> Result<(), Error> {
         let path = self.path_of(&doc.thread_id);
-        let bytes = serde_json::to_vec_pretty(doc).map_err(|_| Error::persistence("encode"))?;
+        let bytes = serde_json::to_vec_pretty(doc).map_err(|_| Msg::StateEncodeFailed.err())?;
         let write = || -> std::io::Result<()> {
             self.create_dirs()?;
             let file = atomicwrites::AtomicFile::new(&path, atomicwrites::AllowOverwrite);
@@ -354,7 +354,7 @@ impl Store {
         crate::metrics::STATE_WRITE_LATENCY.observe(started.elapsed());
         written.map_err(|e| {
             log::error!("cannot write thread state {}: {e}", path.display());
-            Error::persistence("thread state")
+            Msg::StateWriteFailed.err()
         })
     }
 }
@@ -440,16 +440,13 @@ fn tightenable(dir: &std::path::Path) -> bool {
 }
 
 fn unavailable() -> Error {
-    Error::new(
-        Code::StateUnavailable,
-        "The thread state cannot be read.",
-        "无法读取该 thread 的状态。",
-    )
+    Msg::StateUnreadable.err()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Code;
     use serde_json::json;
 
     fn tmp(name: &str) -> PathBuf {

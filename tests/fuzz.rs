@@ -191,7 +191,7 @@ fn the_projection_never_panics_and_always_closes_its_spans() {
         let mut p = Projection::new(ids, Lang::En).with_clock(|| 0);
         let mut out = vec![];
         p.start(&mut out);
-        let mut end = End::Failed(iac_code_agui::error::Error::a2a_unavailable("eof"));
+        let mut end = End::Failed(iac_code_agui::error::Msg::StreamEndedEarly.err());
         for _ in 0..rng.below(12) {
             let mut item = seeds[rng.below(seeds.len())].clone();
             for _ in 0..rng.below(3) {

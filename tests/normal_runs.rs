@@ -96,7 +96,7 @@ fn bearer_auth_protects_runs_and_cancel_but_not_health() {
     let none = post_run(&url, &body, &[]);
     assert_eq!(
         (none.status, none.json["error"]["code"].as_str()),
-        (401, Some("INVALID_INPUT"))
+        (401, Some("UNAUTHORIZED"))
     );
     let wrong = post_run(&url, &body, &[("Authorization", "Bearer tok-124")]);
     assert_eq!(wrong.status, 401);
@@ -122,12 +122,24 @@ fn oversized_bodies_wrong_media_types_and_refused_sse_are_http_errors() {
         .send(&big[..])
         .unwrap();
     assert_eq!(r.status(), 413);
+    let v: Value = serde_json::from_str(&r.into_body().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "REQUEST_TOO_LARGE");
     let r = agent()
         .post(format!("{}/", a.url))
         .header("Content-Type", "text/plain")
         .send("{}")
         .unwrap();
     assert_eq!(r.status(), 415);
+    let v: Value = serde_json::from_str(&r.into_body().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "UNSUPPORTED_MEDIA_TYPE");
+    let r = agent()
+        .post(format!("{}/", a.url))
+        .header("Content-Type", "application/json")
+        .send("{not json")
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = serde_json::from_str(&r.into_body().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "INVALID_JSON");
     let r = agent()
         .post(format!("{}/", a.url))
         .header("Content-Type", "application/json")
@@ -610,4 +622,20 @@ fn the_next_turn_reuses_the_context_with_a_new_execution_and_invocation() {
         calls[1]["body"]["params"]["message"]["contextId"]
     );
     std::thread::sleep(Duration::from_millis(10));
+}
+
+#[test]
+fn preferred_language_then_accept_language_pick_among_seven_languages() {
+    let (_k, a) = setup();
+    let mut body = a.request("t-lang", "r1", "hi");
+    body["forwardedProps"]["iacCode"]["preferredLanguage"] = json!("fr");
+    body["forwardedProps"]["iacCode"]["unknownField"] = json!(true);
+    let r = post_run(&a.url, &body, &[("Accept-Language", "zh")]);
+    let message = r.json["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("Champ inconnu"), "{message}");
+    let mut bad = a.request("t-lang-2", "r1", "hi");
+    bad["forwardedProps"]["iacCode"]["cwd"] = json!("relative/path");
+    let r = post_run(&a.url, &bad, &[("Accept-Language", "de-DE, ja;q=0.5")]);
+    let message = r.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("absoluter Pfad"), "{message}");
 }

@@ -25,9 +25,9 @@ impl<'a> Out<'a> {
     }
 
     /// Appends a `CUSTOM` event.
-    pub(super) fn custom(&mut self, name: &str, value: Value) {
+    pub(super) fn custom(&mut self, name: Custom, value: Value) {
         let mut fields = Map::new();
-        fields.insert("name".into(), json!(name));
+        fields.insert("name".into(), json!(name.as_str()));
         fields.insert("value".into(), value);
         self.push("CUSTOM", Value::Object(fields));
     }
@@ -43,4 +43,28 @@ pub(super) fn versioned(from: &Value) -> Value {
         }
     }
     Value::Object(value)
+}
+
+/// The one list of CUSTOM event names this adapter sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Custom {
+    /// The run's A2A task and iac-code session, once per run (session.rs).
+    Session,
+    /// A running tool's progress (tools.rs, via mod.rs).
+    ToolProgress,
+    /// An A2A artifact, whole (mod.rs).
+    Artifact,
+    /// A pipeline envelope of a listed type (pipeline.rs); also the pipeline activity's type.
+    Pipeline,
+}
+
+impl Custom {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Custom::Session => "iac-code.session.v1",
+            Custom::ToolProgress => "iac-code.tool-progress.v1",
+            Custom::Artifact => "iac-code.artifact.v1",
+            Custom::Pipeline => "iac-code.pipeline.v1",
+        }
+    }
 }

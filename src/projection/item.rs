@@ -1,7 +1,8 @@
 //! Reading one streamed A2A `result`: its shape, its text, and the end its task state means.
 
 use super::End;
-use crate::error::Error;
+use crate::a2a::incoming;
+use crate::error::{Error, Msg};
 use crate::interrupts;
 use serde_json::Value;
 
@@ -59,14 +60,18 @@ pub(super) fn end_of(status: &Value) -> Result<Option<End>, Error> {
     Ok(match state.as_str() {
         "input-required" => Some(End::Success),
         "completed" => Some(End::Success),
-        "canceled" | "cancelled" => Some(End::Failed(Error::cancelled())),
+        "canceled" | "cancelled" => Some(End::Failed(Msg::Cancelled.err())),
         "failed" | "rejected" | "auth-required" => {
-            let detail = status
+            // The kernel's own text is a detail kept as it came; without one, the state names it.
+            let error = status
                 .get("message")
                 .map(message_text)
                 .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| format!("the task ended in state `{state}`."));
-            Some(End::Failed(Error::a2a_failed(&detail)))
+                .map_or_else(
+                    || Msg::TaskEndedInState.with(&[&state]),
+                    |text| Msg::TaskFailed.with(&[&text]),
+                );
+            Some(End::Failed(error))
         }
         _ => None,
     })
@@ -83,7 +88,7 @@ pub(crate) fn normalize_state(state: &str) -> String {
 
 /// The non-empty text of `metadata.iac_code.thinking` when it is raw thinking.
 pub(super) fn raw_thinking(iac: &Value) -> Option<&str> {
-    let thinking = iac.get("thinking")?;
+    let thinking = iac.get(incoming::THINKING)?;
     if thinking.get("type").and_then(Value::as_str) != Some("raw_thinking") {
         return None;
     }

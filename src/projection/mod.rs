@@ -26,8 +26,9 @@ mod usage;
 pub(crate) use item::normalize_state;
 pub use outcome::End;
 
+use crate::a2a::incoming;
 use crate::error::{Error, Lang};
-use events::{versioned, Out};
+use events::{versioned, Custom, Out};
 use item::{end_of, message_text, open_waits, raw_thinking, ItemKind};
 use pipeline::Dedup;
 use replay::Replay;
@@ -187,7 +188,7 @@ impl Projection {
         let (kind, item) = ItemKind::of(result);
         self.session
             .check_identity(&self.ids.context_id, kind, item)?;
-        let iac = item.pointer("/metadata/iac_code").unwrap_or(&NULL);
+        let iac = item.pointer(incoming::POINTER).unwrap_or(&NULL);
         self.session.learn(iac);
         if self.session.is_known() {
             self.announce(out);
@@ -283,7 +284,7 @@ impl Projection {
             let mut value = Map::new();
             value.insert("schemaVersion".into(), json!(1));
             value.extend(artifact.clone());
-            out.custom("iac-code.artifact.v1", Value::Object(value));
+            out.custom(Custom::Artifact, Value::Object(value));
         }
     }
 
@@ -311,19 +312,19 @@ impl Projection {
             self.announce(out);
             self.spans.reasoning(&id, text, out);
         }
-        if let Some(tool) = iac.get("tool") {
+        if let Some(tool) = iac.get(incoming::TOOL) {
             self.announce(out);
             if let Some(update) = ToolUpdate::from_iac(tool) {
                 self.tool(update, out);
             }
         }
-        if let Some(progress) = iac.get("mcpProgress").filter(|v| v.is_object()) {
-            out.custom("iac-code.tool-progress.v1", versioned(progress));
+        if let Some(progress) = iac.get(incoming::MCP_PROGRESS).filter(|v| v.is_object()) {
+            out.custom(Custom::ToolProgress, versioned(progress));
         }
         for envelope in pipeline::envelopes(iac) {
             self.on_pipeline(envelope, out);
         }
-        if let Some(usage) = iac.get("usage") {
+        if let Some(usage) = iac.get(incoming::USAGE) {
             self.usage.add(usage);
         }
     }
@@ -402,7 +403,7 @@ impl Projection {
                 self.tools.args_and_end(&id, &args, out);
             }
             ToolUpdate::Result { id, content } => self.tools.result(&id, &content, out),
-            ToolUpdate::Progress(value) => out.custom("iac-code.tool-progress.v1", value),
+            ToolUpdate::Progress(value) => out.custom(Custom::ToolProgress, value),
         }
     }
 

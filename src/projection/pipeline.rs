@@ -2,9 +2,10 @@
 //! envelope de-duplicated, then mapped by its kind to text, reasoning, tools, usage or steps, and
 //! sent on as an `iac-code.pipeline.v1` CUSTOM event when the spec lists its type.
 
-use super::events::Out;
+use super::events::{Custom, Out};
 use super::tools::ToolUpdate;
 use super::{Projection, NULL};
+use crate::a2a::incoming;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
@@ -195,7 +196,7 @@ impl Projection {
             }
         }
         if kind.travels_as_custom() {
-            out.custom("iac-code.pipeline.v1", envelope.clone());
+            out.custom(Custom::Pipeline, envelope.clone());
         }
         let ends = Kind::Custom {
             ends_pipeline: true,
@@ -209,11 +210,12 @@ impl Projection {
 /// The envelopes an item's `metadata.iac_code` carries: its batch first, then the single one.
 pub(super) fn envelopes(iac: &Value) -> impl Iterator<Item = &Value> {
     let batch = iac
-        .pointer("/pipelineBatch/events")
+        .get(incoming::PIPELINE_BATCH)
+        .and_then(|b| b.get("events"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten();
-    batch.chain(iac.get("pipeline").filter(|v| v.is_object()))
+    batch.chain(iac.get(incoming::PIPELINE).filter(|v| v.is_object()))
 }
 
 /// The fields of the `ACTIVITY_SNAPSHOT` for the kernel's pipeline state, if it has a snapshot;
@@ -229,7 +231,7 @@ pub(super) fn snapshot(state: &Value, run: &mut String) -> Option<Value> {
         content["lastSequence"] = last.clone();
     }
     Some(
-        json!({"messageId": format!("pipeline:{run}"), "activityType": "iac-code.pipeline.v1",
+        json!({"messageId": format!("pipeline:{run}"), "activityType": Custom::Pipeline.as_str(),
                 "content": content, "replace": true}),
     )
 }

@@ -1,10 +1,11 @@
 //! Which A2A task and iac-code session the run belongs to: checked on every item, learned from the
 //! first that names them, announced once as `iac-code.session.v1`.
 
-use super::events::Out;
+use super::events::{Custom, Out};
 use super::item::ItemKind;
 use super::RunIds;
-use crate::error::Error;
+use crate::a2a::incoming;
+use crate::error::{Error, Msg};
 use serde_json::{json, Value};
 
 #[derive(Default)]
@@ -46,18 +47,14 @@ impl Session {
         .and_then(Value::as_str);
         if let Some(context) = item.get("contextId").and_then(Value::as_str) {
             if context != context_id {
-                return Err(Error::a2a_protocol(
-                    "the A2A context id does not match the thread",
-                ));
+                return Err(Msg::ContextMismatch.err());
             }
         }
         match (task, &self.task_id) {
-            (Some(t), Some(known)) if t != known => Err(Error::a2a_protocol(
-                "the A2A task id does not match the execution",
-            )),
+            (Some(t), Some(known)) if t != known => Err(Msg::TaskIdMismatch.err()),
             (Some(t), None) => {
                 if !valid_a2a_id(t) {
-                    return Err(Error::a2a_protocol("the A2A task id is malformed"));
+                    return Err(Msg::TaskIdMalformed.err());
                 }
                 self.task_id = Some(t.to_string());
                 Ok(())
@@ -69,14 +66,15 @@ impl Session {
     /// Takes the iac-code session id from `metadata.iac_code`, wherever this item carries it.
     pub(super) fn learn(&mut self, iac: &Value) {
         let found = iac
-            .get("iacCodeSessionId")
-            .or_else(|| iac.pointer("/pipeline/iacCodeSessionId"))
+            .get(incoming::SESSION_ID)
+            .or_else(|| iac.get(incoming::PIPELINE)?.get(incoming::SESSION_ID))
             .and_then(Value::as_str)
             .or_else(|| {
-                iac.pointer("/pipelineBatch/events")?
+                iac.get(incoming::PIPELINE_BATCH)?
+                    .get("events")?
                     .as_array()?
                     .iter()
-                    .find_map(|e| e.get("iacCodeSessionId")?.as_str())
+                    .find_map(|e| e.get(incoming::SESSION_ID)?.as_str())
             });
         if let Some(s) = found {
             if self.session_id.as_deref() != Some(s) {
@@ -106,7 +104,7 @@ impl Session {
             "rosInvocationId": ids.ros_invocation_id,
             "sessionId": self.session_id,
         });
-        out.custom("iac-code.session.v1", value);
+        out.custom(Custom::Session, value);
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::{lost, shutting_down};
 use crate::app::App;
-use crate::error::{Code, Error, Lang};
+use crate::error::{Error, Lang, Msg};
 use crate::ids;
 use crate::input::{ResumeEntry, RunInput, UserMessage};
 use crate::store::{ActiveRun, Execution, Slot, ThreadDoc};
@@ -60,11 +60,7 @@ fn admit_locked(
         return Err(shutting_down());
     }
     if guard.active.is_some() {
-        return Err(Error::new(
-            Code::ThreadBusy,
-            "The thread already has an active run.",
-            "该 thread 已有活动的 run。",
-        ));
+        return Err(Msg::ThreadBusy.err());
     }
     let mut doc = match app.store.load(&input.thread_id)? {
         Some(doc) => {
@@ -108,25 +104,13 @@ fn admit_locked(
 fn check_against(doc: &ThreadDoc, input: &RunInput) -> Result<(), Error> {
     if let Some(d) = doc.run_digests.get(&input.run_id) {
         return Err(if *d == input.digest {
-            Error::new(
-                Code::DuplicateRunId,
-                "The AG-UI run id has already been used for this request.",
-                "该 AG-UI run ID 已被相同请求使用。",
-            )
+            Msg::DuplicateRunId.err()
         } else {
-            Error::new(
-                Code::RunIdConflict,
-                "The AG-UI run id has already been used by a different request.",
-                "该 AG-UI run ID 已被另一个请求使用。",
-            )
+            Msg::RunIdConflict.err()
         });
     }
     if doc.cwd != input.iac.cwd || doc.user_id != input.iac.user_id {
-        return Err(Error::new(
-            Code::ThreadBindingConflict,
-            "The thread is bound to another workspace or caller (cwd/userId).",
-            "该 thread 已绑定到其他工作区或调用方（cwd/userId）。",
-        ));
+        return Err(Msg::ThreadBound.err());
     }
     Ok(())
 }
@@ -152,17 +136,10 @@ fn resume_mode(
 /// A new turn needs a thread that waits for nothing, and a user message; it gets a new execution.
 fn new_turn_mode(doc: &mut ThreadDoc, input: &mut RunInput) -> Result<Mode, Error> {
     if doc.pending_count() > 0 {
-        return Err(Error::new(
-            Code::ResumeRequired,
-            "The thread is waiting for an interrupt response; send `resume` first.",
-            "该 thread 正在等待 Interrupt 响应，请先发送 `resume`。",
-        ));
+        return Err(Msg::ResumeRequired.err());
     }
     let Some(message) = input.user_message.take() else {
-        return Err(Error::invalid(
-            "A new run requires a user message.",
-            "新的 run 需要一条 user 消息。",
-        ));
+        return Err(Msg::NewRunNeedsUserMessage.err());
     };
     let next = Execution {
         execution_id: ids::uuid_v4(),

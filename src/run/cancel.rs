@@ -3,7 +3,7 @@
 
 use crate::a2a::A2aClient;
 use crate::app::App;
-use crate::error::{Code, Error};
+use crate::error::{Error, Msg};
 use crate::input::{self, CancelRequest};
 use crate::store::{ActiveRun, Slot};
 use parking_lot::Mutex;
@@ -74,11 +74,7 @@ fn cancel_locked(
 }
 
 fn not_found() -> Error {
-    Error::new(
-        Code::ExecutionNotFound,
-        "The execution was not found.",
-        "未找到该 execution。",
-    )
+    Msg::ExecutionNotFound.err()
 }
 
 /// Cancels the run's A2A task once, whoever asks first (a disconnect, an error, the cancel

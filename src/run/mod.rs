@@ -22,7 +22,7 @@ pub use shutdown::shutdown;
 
 use crate::a2a::{self, A2aStream, Turn};
 use crate::app::{App, LiveRun};
-use crate::error::{Code, Error, Lang};
+use crate::error::{Code, Error, Lang, Msg};
 use crate::ids;
 use crate::input::{RunInput, UserMessage};
 use crate::interrupts;
@@ -75,11 +75,7 @@ fn run_ids(admitted: &Admitted) -> RunIds {
 /// The span state went with the panic: a fresh projection closes nothing and reports it.
 fn end_after_panic(ids: RunIds, lang: Lang, stream: &SseStream) {
     log::error!("run {} panicked; ending it with RUN_ERROR", ids.run_id);
-    let e = Error::new(
-        Code::A2aProtocolError,
-        "The adapter failed while projecting this run; the run was stopped.",
-        "adapter 在投影该 run 时出错，run 已停止。",
-    );
+    let e = Msg::ProjectionFailed.err();
     let mut out = Vec::new();
     Projection::new(ids, lang).finish(&End::Failed(e), &mut out);
     stream.send(&out);
@@ -103,7 +99,9 @@ struct Run<'a> {
     proj: Projection,
     /// Events projected but not written yet.
     out: Vec<Value>,
-    /// `preferredLanguage` for the kernel; it also picks the interrupts' language.
+    /// The request's one language decision (errors and interrupt texts).
+    lang: Lang,
+    /// `preferredLanguage` for the kernel: the client's own tag, else the decided language's.
     lang_tag: String,
     live: Arc<LiveRun>,
     guard: ActiveGuard,
@@ -127,13 +125,8 @@ impl<'a> Run<'a> {
                 proj = proj.resuming(task, a.doc.iac_code_session_id.as_deref(), durable);
             }
         }
-        let lang_tag = a.input.iac.preferred_language.clone().unwrap_or_else(|| {
-            match a.lang {
-                Lang::En => "en",
-                Lang::Zh => "zh",
-            }
-            .into()
-        });
+        let lang_tag =
+            (a.input.iac.preferred_language.clone()).unwrap_or_else(|| a.lang.tag().to_string());
         let run = Run {
             app,
             input: a.input,
@@ -142,6 +135,7 @@ impl<'a> Run<'a> {
             stream,
             proj,
             out: Vec::new(),
+            lang: a.lang,
             lang_tag,
             live,
             guard: a.guard,
@@ -170,11 +164,7 @@ impl<'a> Run<'a> {
                 Err(e) => End::Failed(e),
             },
             Mode::Resume(entries) => self.resume(&entries),
-            Mode::Expired => End::Failed(Error::new(
-                Code::ExecutionExpired,
-                "The interrupt has expired; start a new turn.",
-                "该 Interrupt 已过期，请开始新的 turn。",
-            )),
+            Mode::Expired => End::Failed(Msg::InterruptExpired.err()),
         };
         self.stream.clear_on_close();
         let end = self.settle(end);
@@ -218,13 +208,13 @@ impl<'a> Run<'a> {
     fn pump(&mut self, upstream: &mut A2aStream) -> End {
         loop {
             if self.active.is_cancelled() {
-                return End::Failed(Error::cancelled());
+                return End::Failed(Msg::Cancelled.err());
             }
             let item = match upstream.next_result() {
                 Ok(Some(item)) => item,
                 Ok(None) if self.proj.got_reply_message() => return End::Success,
                 Ok(None) => {
-                    let e = Error::a2a_unavailable("the A2A stream ended before the task finished");
+                    let e = Msg::StreamEndedEarly.err();
                     return self.abandon(e);
                 }
                 Err(e) => return self.abandon(e),
@@ -260,7 +250,7 @@ impl<'a> Run<'a> {
                 "client of run {} went away; cancelling its task",
                 self.input.run_id
             );
-            return Some(self.abandon(Error::cancelled()));
+            return Some(self.abandon(Msg::Cancelled.err()));
         }
         end
     }
@@ -328,11 +318,7 @@ impl<'a> Run<'a> {
             self.execution().pending.clear();
             return End::Failed(e);
         }
-        let lang = if self.lang_tag.starts_with("zh") {
-            Lang::Zh
-        } else {
-            Lang::En
-        };
+        let lang = self.lang;
         let list = self
             .execution()
             .pending
@@ -390,7 +376,7 @@ impl<'a> Run<'a> {
             End::Success => End::Success,
             _ if stopping => End::Failed(shutting_down()),
             // Whatever else the run met (an answer the cancelled task refused), it was cancelled.
-            _ => End::Failed(Error::cancelled()),
+            _ => End::Failed(Msg::Cancelled.err()),
         }
     }
 
@@ -430,19 +416,11 @@ impl<'a> Run<'a> {
 }
 
 fn shutting_down() -> Error {
-    Error::new(
-        Code::A2aUnavailable,
-        "The adapter is shutting down.",
-        "adapter 正在关闭。",
-    )
+    Msg::ShuttingDown.err()
 }
 
 fn lost() -> Error {
-    Error::new(
-        Code::ExecutionLost,
-        "The interrupted execution cannot be recovered for this thread.",
-        "无法为该 thread 恢复被中断的 execution。",
-    )
+    Msg::ExecutionUnrecoverable.err()
 }
 
 /// Debug builds only: an agent message of exactly this text panics the run thread, so the test

@@ -3,7 +3,7 @@
 
 use super::Run;
 use crate::a2a::A2aClient;
-use crate::error::{Code, Error};
+use crate::error::{Error, Msg};
 use crate::store::{ActiveRun, Execution};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -66,10 +66,5 @@ fn stop_task(a2a: &A2aClient, active: &ActiveRun, task: &str) -> Result<(), Erro
 }
 
 fn still_running() -> Error {
-    Error::new(
-        Code::A2aUnavailable,
-        "The thread's previous execution is still running in the A2A service and could not be \
-         stopped; try again.",
-        "该 thread 的上一个 execution 仍在 A2A 服务中运行且无法停止，请重试。",
-    )
+    Msg::PreviousStillRunning.err()
 }

@@ -12,7 +12,7 @@
 
 use super::{lost, Run, Write};
 use crate::a2a::{self, A2aStream, Rpc, RunMode, Turn};
-use crate::error::{Code, Error};
+use crate::error::{Error, Msg};
 use crate::ids;
 use crate::input::ResumeEntry;
 use crate::interrupts::{self, Answer};
@@ -71,11 +71,7 @@ impl Run<'_> {
         let answers = self.validate_answers(entries)?;
         if answers.iter().any(|a| a.answer == Answer::CancelExecution) {
             self.cancel_upstream();
-            return Break(self.terminal(End::Failed(Error::new(
-                Code::Cancelled,
-                "The execution was cancelled by the interrupt response.",
-                "该 execution 已按 Interrupt 响应取消。",
-            ))));
+            return Break(self.terminal(End::Failed(Msg::CancelledByResponse.err())));
         }
         Continue((task_id, answers))
     }
@@ -130,9 +126,7 @@ impl Run<'_> {
         let same_context =
             task.get("contextId").and_then(Value::as_str) == Some(self.doc.context_id.as_str());
         if !same_task || !same_context {
-            return Break(End::Failed(Error::a2a_protocol(
-                "the A2A task or context no longer matches the thread",
-            )));
+            return Break(End::Failed(Msg::IdentityChanged.err()));
         }
         let state = normalize_state(
             task.pointer("/status/state")
@@ -154,7 +148,7 @@ impl Run<'_> {
     /// restored after a kernel restart may carry no input projection).
     fn unannounced_inputs(&mut self, task: &Value) -> Vec<Value> {
         let iac = task
-            .pointer("/metadata/iac_code")
+            .pointer(crate::a2a::incoming::POINTER)
             .cloned()
             .unwrap_or(Value::Null);
         let Some(exec) = self.doc.execution.as_ref() else {
@@ -176,7 +170,7 @@ impl Run<'_> {
             Ok(Some(state)) => {
                 self.proj.recover_pipeline(&state, &mut self.out);
                 if !self.flush() {
-                    return Break(End::Failed(Error::cancelled()));
+                    return Break(End::Failed(Msg::Cancelled.err()));
                 }
             }
             Ok(None) => {}
@@ -278,9 +272,8 @@ impl Run<'_> {
             match self.app.a2a.send_message(message) {
                 Ok(Rpc::Result(_)) => {}
                 Ok(Rpc::Error { message, .. }) => {
-                    return End::Failed(Error::a2a_unavailable(&format!(
-                        "the A2A service refused the answer ({message})"
-                    )))
+                    log::warn!("the A2A service refused the answer: {message}");
+                    return End::Failed(Msg::AnswerRefused.err());
                 }
                 Err(e) => return End::Failed(e),
             }
@@ -312,11 +305,7 @@ impl Run<'_> {
             Some(end) => end,
             None => match self.task_end(task_id) {
                 Ok(Some(end)) => end,
-                Ok(None) => {
-                    return self.abandon(Error::a2a_unavailable(
-                        "the task subscription ended before the task reached an end",
-                    ))
-                }
+                Ok(None) => return self.abandon(Msg::StreamEndedEarly.err()),
                 Err(end) => return end,
             },
         };
@@ -339,7 +328,7 @@ impl Run<'_> {
     fn read_to_end(&mut self, upstream: &mut A2aStream) -> Option<End> {
         loop {
             if self.active.is_cancelled() {
-                return Some(End::Failed(Error::cancelled()));
+                return Some(End::Failed(Msg::Cancelled.err()));
             }
             let item = match upstream.next_result() {
                 Ok(Some(item)) => item,
@@ -425,11 +414,7 @@ impl Run<'_> {
         };
         let first = match upstream.next_result() {
             Ok(Some(item)) => item,
-            Ok(None) => {
-                return Break(End::Failed(Error::a2a_unavailable(
-                    "the A2A service did not accept the answer",
-                )))
-            }
+            Ok(None) => return Break(End::Failed(Msg::AnswerRefused.err())),
             Err(e) => return Break(End::Failed(e)),
         };
         self.record_applied(&answered.entry)?;
@@ -463,33 +448,17 @@ fn was_applied(doc: &ThreadDoc, execution_id: &str, interrupt_id: &str) -> bool 
 }
 
 fn already_applied() -> Error {
-    Error::new(
-        Code::ResumeAlreadyApplied,
-        "This interrupt response has already been applied.",
-        "该 Interrupt 响应已应用。",
-    )
+    Msg::AlreadyApplied.err()
 }
 
 fn unknown_interrupt() -> Error {
-    Error::new(
-        Code::UnknownInterrupt,
-        "The resume refers to an unknown interrupt.",
-        "Resume 引用了未知的 Interrupt。",
-    )
+    Msg::UnknownInterrupt.err()
 }
 
 fn repeated_interrupt_id() -> Error {
-    Error::new(
-        Code::IncompleteResume,
-        "The resume is incomplete: a response repeats an interruptId.",
-        "Resume 不完整：存在重复的 interruptId。",
-    )
+    Msg::RepeatedInterruptId.err()
 }
 
 fn not_all_answered() -> Error {
-    Error::new(
-        Code::IncompleteResume,
-        "The resume is incomplete: not every pending interrupt was answered.",
-        "Resume 不完整：未覆盖全部 pending Interrupt。",
-    )
+    Msg::NotAllAnswered.err()
 }
