@@ -110,9 +110,12 @@ fn a_client_that_stops_reading_is_dropped_and_its_thread_freed() {
         &cancel_url(&a, &state["execution"]["executionId"]),
         &cancel_body("t-stuck"),
     );
-    assert_eq!(
-        (status, v["status"].as_str()),
-        (200, Some("already_terminal"))
+    // The state file records the end before the run thread lets go of the thread's slot: in
+    // that instant the extension still finds the run active and answers `cancelled`.
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        matches!(v["status"].as_str(), Some("already_terminal" | "cancelled")),
+        "{v}"
     );
     let next = a.run(&a.request("t-stuck", "r2", "hi"));
     assert_eq!(
