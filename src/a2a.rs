@@ -171,11 +171,11 @@ pub struct A2aClient {
 }
 
 /// How long `CancelTask` may take in all (connect, send, answer).
-pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The reply to a JSON-RPC call that is not a transport failure.
-pub enum Rpc {
+pub(crate) enum Rpc {
     Result(Value),
     Error { code: i64, message: String },
 }
@@ -211,10 +211,6 @@ impl A2aClient {
         }
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
     fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         self.post_on(&self.agent, path)
     }
@@ -235,7 +231,7 @@ impl A2aClient {
     }
 
     /// `SendStreamingMessage`: the stream of task updates for `message`.
-    pub fn send_streaming(&self, message: Value) -> Result<A2aStream, Error> {
+    pub(crate) fn send_streaming(&self, message: Value) -> Result<A2aStream, Error> {
         let body = json!({
             "jsonrpc": "2.0",
             "id": crate::ids::uuid_v4(),
@@ -248,7 +244,7 @@ impl A2aClient {
     /// `SendMessage` (unary): how the reference answers a pipeline's side wait, which the kernel
     /// takes while the task keeps running (`iac_code/agui/adapter.py`,
     /// `_send_pipeline_permission_responses`).
-    pub fn send_message(&self, message: Value) -> Result<Rpc, Error> {
+    pub(crate) fn send_message(&self, message: Value) -> Result<Rpc, Error> {
         let params =
             json!({"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}});
         self.call("SendMessage", params)
@@ -256,7 +252,7 @@ impl A2aClient {
 
     /// `SubscribeToTask`: the task as it is now, then its later updates until the turn ends.
     /// A task that is not running answers with a JSON-RPC error (read as the stream's first item).
-    pub fn subscribe_to_task(&self, task_id: &str) -> Result<A2aStream, Error> {
+    pub(crate) fn subscribe_to_task(&self, task_id: &str) -> Result<A2aStream, Error> {
         let body = json!({
             "jsonrpc": "2.0",
             "id": crate::ids::uuid_v4(),
@@ -297,7 +293,7 @@ impl A2aClient {
     }
 
     /// A non-streaming JSON-RPC call.
-    pub fn call(&self, method: &str, params: Value) -> Result<Rpc, Error> {
+    pub(crate) fn call(&self, method: &str, params: Value) -> Result<Rpc, Error> {
         self.call_on(&self.agent, method, params)
     }
 
@@ -322,7 +318,7 @@ impl A2aClient {
     }
 
     /// `GetTask`; `None` when the kernel does not know the task.
-    pub fn get_task(&self, task_id: &str) -> Result<Option<Value>, Error> {
+    pub(crate) fn get_task(&self, task_id: &str) -> Result<Option<Value>, Error> {
         match self.call("GetTask", json!({"id": task_id, "historyLength": 100}))? {
             Rpc::Result(task) => Ok(Some(task)),
             Rpc::Error { .. } => Ok(None),
@@ -331,7 +327,7 @@ impl A2aClient {
 
     /// The task's state (`TASK_STATE_…`) within [`CANCEL_TIMEOUT`]; `None` when the kernel does
     /// not know the task.
-    pub fn task_state(&self, task_id: &str) -> Result<Option<String>, Error> {
+    pub(crate) fn task_state(&self, task_id: &str) -> Result<Option<String>, Error> {
         let params = json!({"id": task_id, "historyLength": 0});
         match self.call_on(&self.control, "GetTask", params)? {
             Rpc::Result(task) => Ok(Some(
@@ -346,13 +342,18 @@ impl A2aClient {
 
     /// `CancelTask`, within [`CANCEL_TIMEOUT`]; a task that is not cancelable (already ended) is
     /// not an error here.
-    pub fn cancel_task(&self, task_id: &str) -> Result<(), Error> {
+    pub(crate) fn cancel_task(&self, task_id: &str) -> Result<(), Error> {
         self.call_on(&self.control, "CancelTask", json!({ "id": task_id }))
             .map(|_| ())
     }
 
     /// iac-code extension: make sure the session is live. `Ok(false)`: the kernel does not have it.
-    pub fn ensure_restored(&self, cwd: &str, session: &str, task: &str) -> Result<bool, Error> {
+    pub(crate) fn ensure_restored(
+        &self,
+        cwd: &str,
+        session: &str,
+        task: &str,
+    ) -> Result<bool, Error> {
         let body = json!({"cwd": cwd, "sessionId": session, "taskId": task});
         let resp = self
             .post("/iac-code/session/ensure-restored")
@@ -367,7 +368,7 @@ impl A2aClient {
 
     /// iac-code extension: the pipeline snapshot and the events after `after`; `None` when the task
     /// has no pipeline.
-    pub fn pipeline_state(&self, task: &str, after: u64) -> Result<Option<Value>, Error> {
+    pub(crate) fn pipeline_state(&self, task: &str, after: u64) -> Result<Option<Value>, Error> {
         let mut req = self
             .agent
             .get(format!("{}/iac-code/pipeline/state", self.base))
@@ -393,25 +394,17 @@ impl A2aClient {
             s => Err(Msg::PipelineStateHttp.with(&[&s])),
         }
     }
-
-    /// Whether `GET /health` answers 200.
-    pub fn healthy(&self) -> bool {
-        self.agent
-            .get(format!("{}/health", self.base))
-            .call()
-            .is_ok_and(|r| r.status().as_u16() == 200)
-    }
 }
 
 /// One `SendStreamingMessage` reply.
-pub enum A2aStream {
+pub(crate) enum A2aStream {
     Sse(Box<EventReader<ureq::BodyReader<'static>>>),
     One(Option<Value>),
 }
 
 impl A2aStream {
     /// Whether the next result is already buffered (the caller may batch its output).
-    pub fn has_buffered(&self) -> bool {
+    pub(crate) fn has_buffered(&self) -> bool {
         match self {
             A2aStream::One(v) => v.is_some(),
             A2aStream::Sse(events) => events.has_ready(),
@@ -419,7 +412,7 @@ impl A2aStream {
     }
 
     /// The next JSON-RPC `result`, `Ok(None)` at the end of the stream.
-    pub fn next_result(&mut self) -> Result<Option<Value>, Error> {
+    pub(crate) fn next_result(&mut self) -> Result<Option<Value>, Error> {
         match self {
             A2aStream::One(v) => Ok(v.take()),
             A2aStream::Sse(events) => loop {

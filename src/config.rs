@@ -14,9 +14,9 @@ pub struct Config {
     /// Loopback A2A URL; `None` starts a managed kernel.
     pub a2a_url: Option<String>,
     /// Kernel command line (`--host`/`--port` are appended).
-    pub a2a_command: Vec<String>,
+    pub(crate) a2a_command: Vec<String>,
     pub a2a_token: Option<String>,
-    pub auth_token: Option<String>,
+    pub(crate) auth_token: Option<String>,
     pub state_dir: PathBuf,
     pub allowed_cwds: Vec<PathBuf>,
     pub idle_shutdown: Duration,
@@ -24,33 +24,33 @@ pub struct Config {
     pub log_stdout: bool,
     pub log_format: LogFormat,
     pub heartbeat: Duration,
-    pub interrupt_ttl: Duration,
+    pub(crate) interrupt_ttl: Duration,
     /// How long the upstream stream may stay silent before the run fails (0 = never).
     pub a2a_idle_timeout: Duration,
-    pub kernel_start_timeout: Duration,
+    pub(crate) kernel_start_timeout: Duration,
     pub workers: usize,
     /// Open client connections; beyond it a fast 503.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Request line plus headers, in bytes (431 beyond).
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// Header lines per request (431 beyond).
-    pub max_headers: usize,
+    pub(crate) max_headers: usize,
     /// Request-target length (414 beyond).
-    pub max_url_bytes: usize,
+    pub(crate) max_url_bytes: usize,
     /// Time to receive a request's head (408 and close beyond).
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// Total time to receive a request's body (408 and close beyond).
-    pub body_timeout: Duration,
+    pub(crate) body_timeout: Duration,
     /// Idle time of a keep-alive connection before it is closed.
-    pub keepalive_timeout: Duration,
+    pub(crate) keepalive_timeout: Duration,
     /// A client that accepts no bytes for this long is dropped.
-    pub write_timeout: Duration,
+    pub(crate) write_timeout: Duration,
     /// Extra `Host` values accepted when bound to a loopback address (lower-case).
-    pub allowed_hosts: Vec<String>,
+    pub(crate) allowed_hosts: Vec<String>,
     /// One of several pairs behind a balancer: unknown threads with history are refused.
-    pub pair_mode: bool,
+    pub(crate) pair_mode: bool,
     /// Origins whose pages may call us from another origin (exact; `*` only without a token).
-    pub cors_allow_origins: Vec<String>,
+    pub(crate) cors_allow_origins: Vec<String>,
 }
 
 /// `--log-format`: env_logger's text lines, or one JSON object a line with the run's ids as fields.
@@ -423,7 +423,7 @@ fn origin_list(v: Option<String>) -> Result<Vec<String>, String> {
 
 /// Whether `host` (a bind address) is a loopback one: only then is the `Host` header checked by
 /// default (a browser page can reach a loopback port through DNS rebinding).
-pub fn is_loopback_host(host: &str) -> bool {
+pub(crate) fn is_loopback_host(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match host.parse::<std::net::IpAddr>() {
         Ok(ip) => ip.to_canonical().is_loopback(),
@@ -451,7 +451,7 @@ fn split_command(cmd: &str) -> Result<Vec<String>, String> {
 /// Only loopback upstreams: the adapter forwards credentials and must not leave the host.
 /// The reference's rule: scheme `http` or `https`, host `127.0.0.1`, `localhost` or `::1`; ours also
 /// takes the rest of 127.0.0.0/8 and the IPv4-mapped form `::ffff:127.0.0.1`.
-pub fn check_loopback_url(url: &str) -> Result<(), String> {
+pub(crate) fn check_loopback_url(url: &str) -> Result<(), String> {
     let refuse = |why: &str| {
         Err(format!(
             "refusing --a2a-url '{url}': {why}; the A2A upstream must be a loopback HTTP(S) URL \
@@ -489,7 +489,7 @@ pub fn check_loopback_url(url: &str) -> Result<(), String> {
 /// (`http://127.0.0.1:41242` → `http://127.0.0.1:41242/`). An `https` URL is refused here: the
 /// kernel serves plain HTTP on loopback, and this build has no TLS client (a TLS stack would be
 /// the largest dependency of the binary for a loopback hop), so it could only fail at connect.
-pub fn normalize_a2a_url(url: &str) -> Result<String, String> {
+pub(crate) fn normalize_a2a_url(url: &str) -> Result<String, String> {
     let url = url.trim();
     check_loopback_url(url)?;
     if url[..5].eq_ignore_ascii_case("https") {

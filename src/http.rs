@@ -21,7 +21,7 @@ use tiny_http::{Header, Method, Request, Response};
 const CANCEL_PREFIX: &str = "/extensions/iac-code/v1/executions/";
 const THREADS_PREFIX: &str = "/extensions/iac-code/v1/threads/";
 const MAX_CANCEL_BODY: usize = 64 * 1024;
-pub const PROTOCOL_VERSION: &str = "1.0.0";
+pub(crate) const PROTOCOL_VERSION: &str = "1.0.0";
 /// Stack of a request thread, which is also the run's thread: runs are many and long-lived.
 const RUN_STACK: usize = 512 * 1024;
 /// Name of request threads; the panic hook logs their panics with a backtrace.
@@ -45,7 +45,7 @@ pub fn limits(config: &Config) -> tiny_http::Limits {
 }
 
 /// The body of an answer tiny_http gives by itself (no request language is known there: English).
-pub fn error_body(status: u16) -> (Vec<u8>, &'static str) {
+pub(crate) fn error_body(status: u16) -> (Vec<u8>, &'static str) {
     let body = Error::http_limit(status).to_json(Lang::En);
     (
         serde_json::to_vec(&body).unwrap_or_default(),
