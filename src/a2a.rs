@@ -5,7 +5,6 @@
 //! (`A2A_PROTOCOL_ERROR`), or it refuses or fails the execution (`A2A_EXECUTION_FAILED`).
 
 use crate::error::{Error, Msg};
-use crate::input::IacCode;
 use crate::sse::EventReader;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -32,17 +31,53 @@ pub(crate) struct RunMode<'a> {
     pub(crate) pipeline_name: Option<&'a str>,
 }
 
+/// The client's settings every message's `metadata.iac_code` carries, borrowed from wherever the
+/// caller keeps them (src/run/ fills it from the request's `forwardedProps.iacCode`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TurnOptions<'a> {
+    pub(crate) cwd: &'a str,
+    pub(crate) ros_invocation_id: &'a str,
+    pub(crate) preferred_language: Option<&'a str>,
+    pub(crate) cleanup_only: bool,
+    pub(crate) user_id: Option<&'a str>,
+    pub(crate) channel: Option<&'a str>,
+    pub(crate) model: Option<&'a str>,
+    pub(crate) llm_api_key: Option<&'a str>,
+    /// `"rich"` is sent as the kernel's `"rich-v1"`.
+    pub(crate) candidate_presentation: Option<&'a str>,
+    /// The mode of a [`Turn::New`] (an answer carries its execution's own).
+    pub(crate) mode: RunMode<'a>,
+    pub(crate) thinking: Thinking<'a>,
+    pub(crate) cloud: CloudCredentials<'a>,
+}
+
+/// `metadata.iac_code.thinking` (sent only when one of them is given).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Thinking<'a> {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) effort: Option<&'a str>,
+    pub(crate) budget: Option<u64>,
+}
+
+/// The `alibaba_cloud_*` keys.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct CloudCredentials<'a> {
+    pub(crate) access_key_id: Option<&'a str>,
+    pub(crate) access_key_secret: Option<&'a str>,
+    pub(crate) security_token: Option<&'a str>,
+    pub(crate) region_id: Option<&'a str>,
+}
+
 /// The A2A `message` of a `SendStreamingMessage`: a `ROLE_USER` message in the thread's context
-/// whose `metadata.iac_code` carries the request's `forwardedProps.iacCode`.
+/// whose `metadata.iac_code` carries the client's `options`.
 pub(crate) fn user_message(
     message_id: &str,
     parts: &[Value],
     context_id: &str,
-    iac: &IacCode,
-    lang: Option<&str>,
+    options: &TurnOptions,
     turn: Turn,
 ) -> Value {
-    let mut meta = iac_code_metadata(iac, lang, &turn);
+    let mut meta = iac_code_metadata(options, &turn);
     let mut message = json!({
         "messageId": message_id,
         "role": "ROLE_USER",
@@ -59,78 +94,55 @@ pub(crate) fn user_message(
     message
 }
 
-/// `forwardedProps.iacCode` → `metadata.iac_code`, in one place (names read from the kernel's source).
-fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, turn: &Turn) -> Value {
+/// The client's settings → `metadata.iac_code`, in one place (names read from the kernel's source).
+fn iac_code_metadata(o: &TurnOptions, turn: &Turn) -> Value {
     let mut m = Map::new();
     let mut put = |k: &str, v: Option<Value>| {
         if let Some(v) = v {
             m.insert(k.to_string(), v);
         }
     };
-    let s = |v: &Option<String>| v.as_ref().map(|s| json!(s));
-    put("cwd", Some(json!(iac.cwd)));
-    put("rosInvocationId", Some(json!(iac.ros_invocation_id)));
-    put(
-        "preferredLanguage",
-        lang.map(|l| json!(l))
-            .or_else(|| s(&iac.preferred_language)),
-    );
-    put(
-        "cleanupOnly",
-        Some(json!(iac.cleanup_only.unwrap_or(false))),
-    );
-    put("user_id", s(&iac.user_id));
-    put("channel", s(&iac.channel));
-    put(
-        "iac_code_model",
-        iac.model
-            .as_ref()
-            .map(|v| json!(v.trim()))
-            .filter(|v| v != ""),
-    );
-    put(
-        "iac_code_api_key",
-        iac.llm_api_key
-            .as_ref()
-            .map(|v| json!(v.trim()))
-            .filter(|v| v != ""),
-    );
+    let s = |v: Option<&str>| v.map(|s| json!(s));
+    let trimmed = |v: Option<&str>| v.map(|v| json!(v.trim())).filter(|v| v != "");
+    put("cwd", Some(json!(o.cwd)));
+    put("rosInvocationId", Some(json!(o.ros_invocation_id)));
+    put("preferredLanguage", s(o.preferred_language));
+    put("cleanupOnly", Some(json!(o.cleanup_only)));
+    put("user_id", s(o.user_id));
+    put("channel", s(o.channel));
+    put("iac_code_model", trimmed(o.model));
+    put("iac_code_api_key", trimmed(o.llm_api_key));
     put(
         "candidatePresentation",
-        iac.candidate_presentation
-            .as_deref()
+        o.candidate_presentation
             .map(|p| json!(if p == "rich" { "rich-v1" } else { p })),
     );
     let mode = match turn {
-        Turn::New => RunMode {
-            run_mode: iac.run_mode.as_deref(),
-            pipeline_name: iac.pipeline_name.as_deref(),
-        },
+        Turn::New => o.mode,
         Turn::Answer { mode, .. } => *mode,
     };
-    put("run_mode", mode.run_mode.map(|m| json!(m)));
-    put("pipeline_name", mode.pipeline_name.map(|m| json!(m)));
-    if let Some(t) = &iac.thinking {
-        let mut th = Map::new();
-        if let Some(e) = t.enabled {
-            th.insert("enabled".into(), json!(e));
-        }
-        if let Some(e) = &t.effort {
-            th.insert("effort".into(), json!(e));
-        }
-        if let Some(b) = t.budget {
-            th.insert("budget".into(), json!(b));
-        }
-        if !th.is_empty() {
-            put("thinking", Some(Value::Object(th)));
-        }
+    put("run_mode", s(mode.run_mode));
+    put("pipeline_name", s(mode.pipeline_name));
+    let mut th = Map::new();
+    if let Some(e) = o.thinking.enabled {
+        th.insert("enabled".into(), json!(e));
     }
-    if let Some(c) = &iac.alibaba_cloud {
-        put("alibaba_cloud_access_key_id", s(&c.access_key_id));
-        put("alibaba_cloud_access_key_secret", s(&c.access_key_secret));
-        put("alibaba_cloud_security_token", s(&c.security_token));
-        put("alibaba_cloud_region_id", s(&c.region_id));
+    if let Some(e) = o.thinking.effort {
+        th.insert("effort".into(), json!(e));
     }
+    if let Some(b) = o.thinking.budget {
+        th.insert("budget".into(), json!(b));
+    }
+    if !th.is_empty() {
+        put("thinking", Some(Value::Object(th)));
+    }
+    put("alibaba_cloud_access_key_id", s(o.cloud.access_key_id));
+    put(
+        "alibaba_cloud_access_key_secret",
+        s(o.cloud.access_key_secret),
+    );
+    put("alibaba_cloud_security_token", s(o.cloud.security_token));
+    put("alibaba_cloud_region_id", s(o.cloud.region_id));
     Value::Object(m)
 }
 
@@ -503,32 +515,34 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::{AlibabaCloud, Thinking};
 
     #[test]
     fn metadata_uses_the_kernel_key_names() {
-        let iac = IacCode {
-            ros_invocation_id: "inv".into(),
-            cwd: "/w".into(),
-            model: Some(" m ".into()),
-            llm_api_key: Some("k".into()),
-            user_id: Some("u".into()),
-            candidate_presentation: Some("rich".into()),
-            run_mode: Some("pipeline".into()),
-            pipeline_name: Some("selling".into()),
-            thinking: Some(Thinking {
+        let iac = TurnOptions {
+            ros_invocation_id: "inv",
+            cwd: "/w",
+            preferred_language: Some("en"),
+            model: Some(" m "),
+            llm_api_key: Some("k"),
+            user_id: Some("u"),
+            candidate_presentation: Some("rich"),
+            mode: RunMode {
+                run_mode: Some("pipeline"),
+                pipeline_name: Some("selling"),
+            },
+            thinking: Thinking {
                 enabled: Some(true),
                 effort: None,
                 budget: Some(9),
-            }),
-            alibaba_cloud: Some(AlibabaCloud {
-                access_key_id: Some("id".into()),
-                region_id: Some("cn".into()),
+            },
+            cloud: CloudCredentials {
+                access_key_id: Some("id"),
+                region_id: Some("cn"),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         };
-        let m = iac_code_metadata(&iac, Some("en"), &Turn::New);
+        let m = iac_code_metadata(&iac, &Turn::New);
         assert_eq!(m["iac_code_model"], "m");
         assert_eq!(m["iac_code_api_key"], "k");
         assert_eq!(m["user_id"], "u");
@@ -548,42 +562,43 @@ mod tests {
                 pipeline_name: None,
             },
         };
-        let m = iac_code_metadata(&iac, None, &answer);
+        let m = iac_code_metadata(&iac, &answer);
         assert_eq!(m["run_mode"], "normal");
         assert!(m.get("pipeline_name").is_none());
     }
 
     #[test]
     fn no_run_mode_is_sent_when_the_client_gave_none() {
-        let iac = IacCode {
-            cwd: "/w".into(),
+        let iac = TurnOptions {
+            cwd: "/w",
             ..Default::default()
         };
-        let m = iac_code_metadata(&iac, None, &Turn::New);
+        let m = iac_code_metadata(&iac, &Turn::New);
         assert!(m.get("run_mode").is_none(), "{m}");
         assert!(m.get("pipeline_name").is_none(), "{m}");
     }
 
     #[test]
     fn a_new_turn_and_an_answer_are_one_message_shape_and_only_the_answer_names_the_task() {
-        let iac = IacCode {
-            cwd: "/w".into(),
-            ros_invocation_id: "inv".into(),
+        let iac = TurnOptions {
+            cwd: "/w",
+            ros_invocation_id: "inv",
+            preferred_language: Some("en"),
             ..Default::default()
         };
         let parts = [json!({"text": "hi"})];
-        let turn = user_message("m1", &parts, "ctx", &iac, Some("en"), Turn::New);
+        let turn = user_message("m1", &parts, "ctx", &iac, Turn::New);
         assert_eq!(
             turn,
             json!({"messageId": "m1", "role": "ROLE_USER", "parts": parts, "contextId": "ctx",
-                   "metadata": {"iac_code": iac_code_metadata(&iac, Some("en"), &Turn::New)}})
+                   "metadata": {"iac_code": iac_code_metadata(&iac, &Turn::New)}})
         );
         let answer = Turn::Answer {
             task_id: "task-1",
             extra: Some(json!({"inputResponse": {"value": "v"}})),
             mode: RunMode::default(),
         };
-        let m = user_message("m2", &parts, "ctx", &iac, Some("en"), answer);
+        let m = user_message("m2", &parts, "ctx", &iac, answer);
         assert_eq!(m["taskId"], "task-1");
         assert_eq!(
             m["metadata"]["iac_code"]["inputResponse"],

@@ -373,7 +373,7 @@ impl Run<'_> {
         task_id: &str,
         extra: Option<Value>,
     ) -> Value {
-        let iac = &self.input.iac;
+        let options = self.turn_options();
         let exec = self
             .doc
             .execution
@@ -383,11 +383,11 @@ impl Run<'_> {
         // request's own, as the reference sends it.
         let run_mode = match &exec.run_mode {
             Some(m) => m.as_deref(),
-            None => iac.run_mode.as_deref(),
+            None => options.mode.run_mode,
         };
         let pipeline_name = match &exec.pipeline_name {
             Some(m) => m.as_deref(),
-            None => iac.pipeline_name.as_deref(),
+            None => options.mode.pipeline_name,
         };
         let turn = Turn::Answer {
             task_id,
@@ -398,7 +398,7 @@ impl Run<'_> {
             },
         };
         let context = &self.doc.context_id;
-        a2a::user_message(message_id, parts, context, iac, Some(&self.lang_tag), turn)
+        a2a::user_message(message_id, parts, context, &options, turn)
     }
 
     /// Sends one answer and waits for the kernel's first item, which means it was accepted: from
