@@ -243,7 +243,7 @@ impl A2aClient {
     }
 
     /// `SendStreamingMessage`: the stream of task updates for `message`.
-    pub(crate) fn send_streaming(&self, message: Value) -> Result<A2aStream, Error> {
+    pub(crate) fn send_streaming(&self, message: &Value) -> Result<A2aStream, Error> {
         let body = json!({
             "jsonrpc": "2.0",
             "id": crate::ids::uuid_v4(),
@@ -256,10 +256,10 @@ impl A2aClient {
     /// `SendMessage` (unary): how the reference answers a pipeline's side wait, which the kernel
     /// takes while the task keeps running (`iac_code/agui/adapter.py`,
     /// `_send_pipeline_permission_responses`).
-    pub(crate) fn send_message(&self, message: Value) -> Result<Rpc, Error> {
+    pub(crate) fn send_message(&self, message: &Value) -> Result<Rpc, Error> {
         let params =
             json!({"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}});
-        self.call("SendMessage", params)
+        self.call("SendMessage", &params)
     }
 
     /// `SubscribeToTask`: the task as it is now, then its later updates until the turn ends.
@@ -305,11 +305,11 @@ impl A2aClient {
     }
 
     /// A non-streaming JSON-RPC call.
-    pub(crate) fn call(&self, method: &str, params: Value) -> Result<Rpc, Error> {
+    pub(crate) fn call(&self, method: &str, params: &Value) -> Result<Rpc, Error> {
         self.call_on(&self.agent, method, params)
     }
 
-    fn call_on(&self, agent: &ureq::Agent, method: &str, params: Value) -> Result<Rpc, Error> {
+    fn call_on(&self, agent: &ureq::Agent, method: &str, params: &Value) -> Result<Rpc, Error> {
         let body = json!({"jsonrpc": "2.0", "id": crate::ids::uuid_v4(), "method": method, "params": params});
         let started = std::time::Instant::now();
         let resp = self
@@ -331,7 +331,7 @@ impl A2aClient {
 
     /// `GetTask`; `None` when the kernel does not know the task.
     pub(crate) fn get_task(&self, task_id: &str) -> Result<Option<Value>, Error> {
-        match self.call("GetTask", json!({"id": task_id, "historyLength": 100}))? {
+        match self.call("GetTask", &json!({"id": task_id, "historyLength": 100}))? {
             Rpc::Result(task) => Ok(Some(task)),
             Rpc::Error { .. } => Ok(None),
         }
@@ -341,7 +341,7 @@ impl A2aClient {
     /// not know the task.
     pub(crate) fn task_state(&self, task_id: &str) -> Result<Option<String>, Error> {
         let params = json!({"id": task_id, "historyLength": 0});
-        match self.call_on(&self.control, "GetTask", params)? {
+        match self.call_on(&self.control, "GetTask", &params)? {
             Rpc::Result(task) => Ok(Some(
                 task.pointer("/status/state")
                     .and_then(Value::as_str)
@@ -355,7 +355,7 @@ impl A2aClient {
     /// `CancelTask`, within [`CANCEL_TIMEOUT`]; a task that is not cancelable (already ended) is
     /// not an error here.
     pub(crate) fn cancel_task(&self, task_id: &str) -> Result<(), Error> {
-        self.call_on(&self.control, "CancelTask", json!({ "id": task_id }))
+        self.call_on(&self.control, "CancelTask", &json!({ "id": task_id }))
             .map(|_| ())
     }
 

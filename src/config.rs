@@ -188,65 +188,10 @@ impl Command {
         I: IntoIterator<Item = String>,
         E: Fn(&str) -> Option<String>,
     {
-        let mut cli: HashMap<&'static str, String> = HashMap::new();
-        // The one repeatable option: its values accumulate (joined by ',' like the env form).
-        let mut hosts: Vec<String> = Vec::new();
-        let mut origins: Vec<String> = Vec::new();
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            match arg.as_str() {
-                "-h" | "--help" => return Ok(Command::Help),
-                "-V" | "--version" => return Ok(Command::Version),
-                // The reference's short and negative boolean forms (click `--debug/-d`,
-                // `--log-stdout/--no-log-stdout`).
-                "-d" => {
-                    cli.insert("debug", "true".into());
-                    continue;
-                }
-                "--no-log-stdout" => {
-                    cli.insert("log-stdout", "false".into());
-                    continue;
-                }
-                _ => {}
-            }
-            let Some(body) = arg.strip_prefix("--") else {
-                return Err(format!("unexpected argument '{arg}'"));
-            };
-            let (name, inline) = match body.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (body, None),
-            };
-            let Some(&(flag, takes_value)) = FLAGS.iter().find(|f| f.0 == name) else {
-                return Err(format!("unknown option '--{name}'"));
-            };
-            let value = if takes_value {
-                match inline {
-                    Some(v) => v,
-                    None => args
-                        .next()
-                        .ok_or_else(|| format!("option '--{flag}' needs a value"))?,
-                }
-            } else if let Some(v) = inline {
-                v
-            } else {
-                "true".to_string()
-            };
-            if flag == "allowed-host" {
-                hosts.push(value);
-                continue;
-            }
-            if flag == "cors-allow-origin" {
-                origins.push(value);
-                continue;
-            }
-            cli.insert(flag, value);
-        }
-        if !hosts.is_empty() {
-            cli.insert("allowed-host", hosts.join(","));
-        }
-        if !origins.is_empty() {
-            cli.insert("cors-allow-origin", origins.join(","));
-        }
+        let cli = match read_flags(args)? {
+            Flags::Given(cli) => cli,
+            Flags::Early(command) => return Ok(command),
+        };
         let yaml = match cli.get("config") {
             Some(path) => parse_yaml(path)?,
             None => HashMap::new(),
@@ -271,21 +216,7 @@ impl Command {
             Some(url) => Some(normalize_a2a_url(&url)?),
             None => None,
         };
-        let allowed = env("IAC_CODE_AGUI_ALLOWED_CWDS")
-            .or_else(|| env("IACCODE_A2A_ALLOWED_CWDS"))
-            .filter(|v| !v.trim().is_empty());
-        let allowed_cwds = match allowed {
-            Some(v) => std::env::split_paths(&v)
-                .filter(|p| !p.as_os_str().is_empty())
-                .collect(),
-            None => {
-                let mut roots = vec![std::env::temp_dir()];
-                if let Ok(cwd) = std::env::current_dir() {
-                    roots.insert(0, cwd);
-                }
-                roots
-            }
-        };
+        let allowed_cwds = allowed_cwds(&env);
         let config = Config {
             host: get("host").unwrap_or_else(|| "127.0.0.1".into()),
             port: number(get("port"), "port", 8000)?,
@@ -305,7 +236,7 @@ impl Command {
             idle_shutdown: seconds(get("idle-shutdown"), "idle-shutdown", 0.0)?,
             debug: flag(get("debug"), "debug")?,
             log_stdout: flag(get("log-stdout"), "log-stdout")?,
-            log_format: log_format(get("log-format"))?,
+            log_format: log_format(get("log-format").as_deref())?,
             heartbeat: seconds(get("heartbeat-interval"), "heartbeat-interval", 15.0)?,
             interrupt_ttl: seconds(get("interrupt-ttl"), "interrupt-ttl", 540.0)?,
             a2a_idle_timeout: seconds(get("a2a-idle-timeout"), "a2a-idle-timeout", 900.0)?,
@@ -345,6 +276,98 @@ impl Command {
             return Err("'--heartbeat-interval' must be above 0".into());
         }
         Ok(Command::Run(Box::new(config)))
+    }
+}
+
+/// What the command line says before any other source is read.
+enum Flags {
+    /// `--help` or `--version`: nothing else is read.
+    Early(Command),
+    /// Each given flag's value (a repeatable one's values joined by ',').
+    Given(HashMap<&'static str, String>),
+}
+
+/// Reads `args` into flag values, without looking at the environment or the YAML file.
+fn read_flags<I: IntoIterator<Item = String>>(args: I) -> Result<Flags, String> {
+    let mut cli: HashMap<&'static str, String> = HashMap::new();
+    // The one repeatable option: its values accumulate (joined by ',' like the env form).
+    let mut hosts: Vec<String> = Vec::new();
+    let mut origins: Vec<String> = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Flags::Early(Command::Help)),
+            "-V" | "--version" => return Ok(Flags::Early(Command::Version)),
+            // The reference's short and negative boolean forms (click `--debug/-d`,
+            // `--log-stdout/--no-log-stdout`).
+            "-d" => {
+                cli.insert("debug", "true".into());
+                continue;
+            }
+            "--no-log-stdout" => {
+                cli.insert("log-stdout", "false".into());
+                continue;
+            }
+            _ => {}
+        }
+        let Some(body) = arg.strip_prefix("--") else {
+            return Err(format!("unexpected argument '{arg}'"));
+        };
+        let (name, inline) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (body, None),
+        };
+        let Some(&(flag, takes_value)) = FLAGS.iter().find(|f| f.0 == name) else {
+            return Err(format!("unknown option '--{name}'"));
+        };
+        let value = if takes_value {
+            match inline {
+                Some(v) => v,
+                None => args
+                    .next()
+                    .ok_or_else(|| format!("option '--{flag}' needs a value"))?,
+            }
+        } else if let Some(v) = inline {
+            v
+        } else {
+            "true".to_string()
+        };
+        if flag == "allowed-host" {
+            hosts.push(value);
+            continue;
+        }
+        if flag == "cors-allow-origin" {
+            origins.push(value);
+            continue;
+        }
+        cli.insert(flag, value);
+    }
+    if !hosts.is_empty() {
+        cli.insert("allowed-host", hosts.join(","));
+    }
+    if !origins.is_empty() {
+        cli.insert("cors-allow-origin", origins.join(","));
+    }
+    Ok(Flags::Given(cli))
+}
+
+/// The directories a run's `cwd` may be under: the environment's list, or the current and the
+/// temporary directory.
+fn allowed_cwds(env: &impl Fn(&str) -> Option<String>) -> Vec<PathBuf> {
+    let allowed = env("IAC_CODE_AGUI_ALLOWED_CWDS")
+        .or_else(|| env("IACCODE_A2A_ALLOWED_CWDS"))
+        .filter(|v| !v.trim().is_empty());
+    match allowed {
+        Some(v) => std::env::split_paths(&v)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect(),
+        None => {
+            let mut roots = vec![std::env::temp_dir()];
+            if let Ok(cwd) = std::env::current_dir() {
+                roots.insert(0, cwd);
+            }
+            roots
+        }
     }
 }
 
@@ -544,8 +567,8 @@ fn expand_path(raw: &str, env: &impl Fn(&str) -> Option<String>) -> PathBuf {
     PathBuf::from(out)
 }
 
-fn log_format(v: Option<String>) -> Result<LogFormat, String> {
-    match v.as_deref().map(str::trim) {
+fn log_format(v: Option<&str>) -> Result<LogFormat, String> {
+    match v.map(str::trim) {
         None | Some("" | "text") => Ok(LogFormat::Text),
         Some("json") => Ok(LogFormat::Json),
         Some(other) => Err(format!(

@@ -593,7 +593,7 @@ fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors
         }
     };
     app.heartbeats.register(&stream);
-    observe::observe(app, observer, stream);
+    observe::observe(app, &observer, &stream);
 }
 
 fn with_headers<R: std::io::Read>(mut resp: Response<R>, headers: Vec<Header>) -> Response<R> {

@@ -247,7 +247,7 @@ fn wait_for_task(active: &ActiveRun) -> Option<String> {
 }
 
 /// Runs an observer to its end on the calling thread, writing to `stream`.
-pub(crate) fn observe(app: &App, obs: Observer, stream: Arc<SseStream>) {
+pub(crate) fn observe(app: &App, obs: &Observer, stream: &SseStream) {
     let mut proj = Projection::new(obs.ids.clone(), obs.lang).resuming(
         &obs.task_id,
         obs.session_id.as_deref(),
@@ -267,7 +267,7 @@ pub(crate) fn observe(app: &App, obs: Observer, stream: Arc<SseStream>) {
                 return;
             }
             out.clear();
-            match follow(app, &obs, &mut proj, &stream) {
+            match follow(app, obs, &mut proj, stream) {
                 Some(finish) => finish,
                 None => return, // the client left: its stream is closed, the run goes on
             }

@@ -83,6 +83,7 @@ fn end_after_panic(ids: RunIds, lang: Lang, stream: &SseStream) {
 }
 
 /// When a projected item's events go to the client.
+#[derive(Clone, Copy)]
 enum Write {
     Now,
     /// With the next item's, which is already buffered upstream.
@@ -227,7 +228,7 @@ impl<'a> Run<'a> {
             Turn::New,
         );
         self.cancel_on_disconnect();
-        let mut upstream = match self.app.a2a.send_streaming(message) {
+        let mut upstream = match self.app.a2a.send_streaming(&message) {
             Ok(s) => s,
             Err(e) => return self.terminal(End::Failed(e)),
         };

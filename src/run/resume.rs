@@ -269,7 +269,7 @@ impl Run<'_> {
             };
             let message_id = format!("agui-resume-{}", answered.entry.interrupt_id);
             let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
-            match self.app.a2a.send_message(message) {
+            match self.app.a2a.send_message(&message) {
                 Ok(Rpc::Result(_)) => {}
                 Ok(Rpc::Error { message, .. }) => {
                     log::warn!("the A2A service refused the answer: {message}");
@@ -408,7 +408,7 @@ impl Run<'_> {
         answered: &Answered,
         message: Value,
     ) -> ControlFlow<End, (A2aStream, Value)> {
-        let mut upstream = match self.app.a2a.send_streaming(message) {
+        let mut upstream = match self.app.a2a.send_streaming(&message) {
             Ok(s) => s,
             Err(e) => return Break(End::Failed(e)),
         };
