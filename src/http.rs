@@ -236,7 +236,7 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
             let _ = req.respond(with_headers(Response::empty(204), headers));
         }
         Ok(Next::Run(admitted)) => stream_run(app, req, *admitted, &cors),
-        Ok(Next::Observe(observer)) => stream_observer(app, req, *observer, &cors),
+        Ok(Next::Observe(observer)) => stream_observer(app, req, &observer, &cors),
         Err(r) => {
             let socket = if r.close { req.socket() } else { None };
             if let Some(s) = &socket {
@@ -584,7 +584,7 @@ fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted, cors: &Cors) {
 
 /// An observer continues on this request thread, like a run, with heartbeats; it holds no
 /// thread slot, so nothing is freed when it ends.
-fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors) {
+fn stream_observer(app: &Arc<App>, req: Request, observer: &Observer, cors: &Cors) {
     let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
         Ok(s) => s,
         Err(e) => {
@@ -593,7 +593,7 @@ fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors
         }
     };
     app.heartbeats.register(&stream);
-    observe::observe(app, &observer, &stream);
+    observe::observe(app, observer, &stream);
 }
 
 fn with_headers<R: std::io::Read>(mut resp: Response<R>, headers: Vec<Header>) -> Response<R> {

@@ -235,7 +235,7 @@ impl Run<'_> {
                 self.input.run_id, answered.entry.interrupt_id
             );
             let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
-            let (mut upstream, first) = match self.send_answer(&answered, message) {
+            let (mut upstream, first) = match self.send_answer(&answered, &message) {
                 Continue(accepted) => accepted,
                 Break(end) => return end,
             };
@@ -406,9 +406,9 @@ impl Run<'_> {
     fn send_answer(
         &mut self,
         answered: &Answered,
-        message: Value,
+        message: &Value,
     ) -> ControlFlow<End, (A2aStream, Value)> {
-        let mut upstream = match self.app.a2a.send_streaming(&message) {
+        let mut upstream = match self.app.a2a.send_streaming(message) {
             Ok(s) => s,
             Err(e) => return Break(End::Failed(e)),
         };
