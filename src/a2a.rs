@@ -5,7 +5,6 @@
 //! (`A2A_PROTOCOL_ERROR`), or it refuses or fails the execution (`A2A_EXECUTION_FAILED`).
 
 use crate::error::{Error, Msg};
-use crate::input::IacCode;
 use crate::sse::EventReader;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -32,17 +31,53 @@ pub(crate) struct RunMode<'a> {
     pub(crate) pipeline_name: Option<&'a str>,
 }
 
+/// The client's settings every message's `metadata.iac_code` carries, borrowed from wherever the
+/// caller keeps them (src/run/ fills it from the request's `forwardedProps.iacCode`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TurnOptions<'a> {
+    pub(crate) cwd: &'a str,
+    pub(crate) ros_invocation_id: &'a str,
+    pub(crate) preferred_language: Option<&'a str>,
+    pub(crate) cleanup_only: bool,
+    pub(crate) user_id: Option<&'a str>,
+    pub(crate) channel: Option<&'a str>,
+    pub(crate) model: Option<&'a str>,
+    pub(crate) llm_api_key: Option<&'a str>,
+    /// `"rich"` is sent as the kernel's `"rich-v1"`.
+    pub(crate) candidate_presentation: Option<&'a str>,
+    /// The mode of a [`Turn::New`] (an answer carries its execution's own).
+    pub(crate) mode: RunMode<'a>,
+    pub(crate) thinking: Thinking<'a>,
+    pub(crate) cloud: CloudCredentials<'a>,
+}
+
+/// `metadata.iac_code.thinking` (sent only when one of them is given).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Thinking<'a> {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) effort: Option<&'a str>,
+    pub(crate) budget: Option<u64>,
+}
+
+/// The `alibaba_cloud_*` keys.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct CloudCredentials<'a> {
+    pub(crate) access_key_id: Option<&'a str>,
+    pub(crate) access_key_secret: Option<&'a str>,
+    pub(crate) security_token: Option<&'a str>,
+    pub(crate) region_id: Option<&'a str>,
+}
+
 /// The A2A `message` of a `SendStreamingMessage`: a `ROLE_USER` message in the thread's context
-/// whose `metadata.iac_code` carries the request's `forwardedProps.iacCode`.
+/// whose `metadata.iac_code` carries the client's `options`.
 pub(crate) fn user_message(
     message_id: &str,
     parts: &[Value],
     context_id: &str,
-    iac: &IacCode,
-    lang: Option<&str>,
+    options: &TurnOptions,
     turn: Turn,
 ) -> Value {
-    let mut meta = iac_code_metadata(iac, lang, &turn);
+    let mut meta = iac_code_metadata(options, &turn);
     let mut message = json!({
         "messageId": message_id,
         "role": "ROLE_USER",
@@ -59,78 +94,55 @@ pub(crate) fn user_message(
     message
 }
 
-/// `forwardedProps.iacCode` → `metadata.iac_code`, in one place (names read from the kernel's source).
-fn iac_code_metadata(iac: &IacCode, lang: Option<&str>, turn: &Turn) -> Value {
+/// The client's settings → `metadata.iac_code`, in one place (names read from the kernel's source).
+fn iac_code_metadata(o: &TurnOptions, turn: &Turn) -> Value {
     let mut m = Map::new();
     let mut put = |k: &str, v: Option<Value>| {
         if let Some(v) = v {
             m.insert(k.to_string(), v);
         }
     };
-    let s = |v: &Option<String>| v.as_ref().map(|s| json!(s));
-    put("cwd", Some(json!(iac.cwd)));
-    put("rosInvocationId", Some(json!(iac.ros_invocation_id)));
-    put(
-        "preferredLanguage",
-        lang.map(|l| json!(l))
-            .or_else(|| s(&iac.preferred_language)),
-    );
-    put(
-        "cleanupOnly",
-        Some(json!(iac.cleanup_only.unwrap_or(false))),
-    );
-    put("user_id", s(&iac.user_id));
-    put("channel", s(&iac.channel));
-    put(
-        "iac_code_model",
-        iac.model
-            .as_ref()
-            .map(|v| json!(v.trim()))
-            .filter(|v| v != ""),
-    );
-    put(
-        "iac_code_api_key",
-        iac.llm_api_key
-            .as_ref()
-            .map(|v| json!(v.trim()))
-            .filter(|v| v != ""),
-    );
+    let s = |v: Option<&str>| v.map(|s| json!(s));
+    let trimmed = |v: Option<&str>| v.map(|v| json!(v.trim())).filter(|v| v != "");
+    put("cwd", Some(json!(o.cwd)));
+    put("rosInvocationId", Some(json!(o.ros_invocation_id)));
+    put("preferredLanguage", s(o.preferred_language));
+    put("cleanupOnly", Some(json!(o.cleanup_only)));
+    put("user_id", s(o.user_id));
+    put("channel", s(o.channel));
+    put("iac_code_model", trimmed(o.model));
+    put("iac_code_api_key", trimmed(o.llm_api_key));
     put(
         "candidatePresentation",
-        iac.candidate_presentation
-            .as_deref()
+        o.candidate_presentation
             .map(|p| json!(if p == "rich" { "rich-v1" } else { p })),
     );
     let mode = match turn {
-        Turn::New => RunMode {
-            run_mode: iac.run_mode.as_deref(),
-            pipeline_name: iac.pipeline_name.as_deref(),
-        },
+        Turn::New => o.mode,
         Turn::Answer { mode, .. } => *mode,
     };
-    put("run_mode", mode.run_mode.map(|m| json!(m)));
-    put("pipeline_name", mode.pipeline_name.map(|m| json!(m)));
-    if let Some(t) = &iac.thinking {
-        let mut th = Map::new();
-        if let Some(e) = t.enabled {
-            th.insert("enabled".into(), json!(e));
-        }
-        if let Some(e) = &t.effort {
-            th.insert("effort".into(), json!(e));
-        }
-        if let Some(b) = t.budget {
-            th.insert("budget".into(), json!(b));
-        }
-        if !th.is_empty() {
-            put("thinking", Some(Value::Object(th)));
-        }
+    put("run_mode", s(mode.run_mode));
+    put("pipeline_name", s(mode.pipeline_name));
+    let mut th = Map::new();
+    if let Some(e) = o.thinking.enabled {
+        th.insert("enabled".into(), json!(e));
     }
-    if let Some(c) = &iac.alibaba_cloud {
-        put("alibaba_cloud_access_key_id", s(&c.access_key_id));
-        put("alibaba_cloud_access_key_secret", s(&c.access_key_secret));
-        put("alibaba_cloud_security_token", s(&c.security_token));
-        put("alibaba_cloud_region_id", s(&c.region_id));
+    if let Some(e) = o.thinking.effort {
+        th.insert("effort".into(), json!(e));
     }
+    if let Some(b) = o.thinking.budget {
+        th.insert("budget".into(), json!(b));
+    }
+    if !th.is_empty() {
+        put("thinking", Some(Value::Object(th)));
+    }
+    put("alibaba_cloud_access_key_id", s(o.cloud.access_key_id));
+    put(
+        "alibaba_cloud_access_key_secret",
+        s(o.cloud.access_key_secret),
+    );
+    put("alibaba_cloud_security_token", s(o.cloud.security_token));
+    put("alibaba_cloud_region_id", s(o.cloud.region_id));
     Value::Object(m)
 }
 
@@ -171,11 +183,11 @@ pub struct A2aClient {
 }
 
 /// How long `CancelTask` may take in all (connect, send, answer).
-pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The reply to a JSON-RPC call that is not a transport failure.
-pub enum Rpc {
+pub(crate) enum Rpc {
     Result(Value),
     Error { code: i64, message: String },
 }
@@ -211,10 +223,6 @@ impl A2aClient {
         }
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
     fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         self.post_on(&self.agent, path)
     }
@@ -235,7 +243,7 @@ impl A2aClient {
     }
 
     /// `SendStreamingMessage`: the stream of task updates for `message`.
-    pub fn send_streaming(&self, message: Value) -> Result<A2aStream, Error> {
+    pub(crate) fn send_streaming(&self, message: &Value) -> Result<A2aStream, Error> {
         let body = json!({
             "jsonrpc": "2.0",
             "id": crate::ids::uuid_v4(),
@@ -248,15 +256,15 @@ impl A2aClient {
     /// `SendMessage` (unary): how the reference answers a pipeline's side wait, which the kernel
     /// takes while the task keeps running (`iac_code/agui/adapter.py`,
     /// `_send_pipeline_permission_responses`).
-    pub fn send_message(&self, message: Value) -> Result<Rpc, Error> {
+    pub(crate) fn send_message(&self, message: &Value) -> Result<Rpc, Error> {
         let params =
             json!({"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}});
-        self.call("SendMessage", params)
+        self.call("SendMessage", &params)
     }
 
     /// `SubscribeToTask`: the task as it is now, then its later updates until the turn ends.
     /// A task that is not running answers with a JSON-RPC error (read as the stream's first item).
-    pub fn subscribe_to_task(&self, task_id: &str) -> Result<A2aStream, Error> {
+    pub(crate) fn subscribe_to_task(&self, task_id: &str) -> Result<A2aStream, Error> {
         let body = json!({
             "jsonrpc": "2.0",
             "id": crate::ids::uuid_v4(),
@@ -297,11 +305,11 @@ impl A2aClient {
     }
 
     /// A non-streaming JSON-RPC call.
-    pub fn call(&self, method: &str, params: Value) -> Result<Rpc, Error> {
+    pub(crate) fn call(&self, method: &str, params: &Value) -> Result<Rpc, Error> {
         self.call_on(&self.agent, method, params)
     }
 
-    fn call_on(&self, agent: &ureq::Agent, method: &str, params: Value) -> Result<Rpc, Error> {
+    fn call_on(&self, agent: &ureq::Agent, method: &str, params: &Value) -> Result<Rpc, Error> {
         let body = json!({"jsonrpc": "2.0", "id": crate::ids::uuid_v4(), "method": method, "params": params});
         let started = std::time::Instant::now();
         let resp = self
@@ -322,8 +330,8 @@ impl A2aClient {
     }
 
     /// `GetTask`; `None` when the kernel does not know the task.
-    pub fn get_task(&self, task_id: &str) -> Result<Option<Value>, Error> {
-        match self.call("GetTask", json!({"id": task_id, "historyLength": 100}))? {
+    pub(crate) fn get_task(&self, task_id: &str) -> Result<Option<Value>, Error> {
+        match self.call("GetTask", &json!({"id": task_id, "historyLength": 100}))? {
             Rpc::Result(task) => Ok(Some(task)),
             Rpc::Error { .. } => Ok(None),
         }
@@ -331,9 +339,9 @@ impl A2aClient {
 
     /// The task's state (`TASK_STATE_…`) within [`CANCEL_TIMEOUT`]; `None` when the kernel does
     /// not know the task.
-    pub fn task_state(&self, task_id: &str) -> Result<Option<String>, Error> {
+    pub(crate) fn task_state(&self, task_id: &str) -> Result<Option<String>, Error> {
         let params = json!({"id": task_id, "historyLength": 0});
-        match self.call_on(&self.control, "GetTask", params)? {
+        match self.call_on(&self.control, "GetTask", &params)? {
             Rpc::Result(task) => Ok(Some(
                 task.pointer("/status/state")
                     .and_then(Value::as_str)
@@ -346,13 +354,18 @@ impl A2aClient {
 
     /// `CancelTask`, within [`CANCEL_TIMEOUT`]; a task that is not cancelable (already ended) is
     /// not an error here.
-    pub fn cancel_task(&self, task_id: &str) -> Result<(), Error> {
-        self.call_on(&self.control, "CancelTask", json!({ "id": task_id }))
+    pub(crate) fn cancel_task(&self, task_id: &str) -> Result<(), Error> {
+        self.call_on(&self.control, "CancelTask", &json!({ "id": task_id }))
             .map(|_| ())
     }
 
     /// iac-code extension: make sure the session is live. `Ok(false)`: the kernel does not have it.
-    pub fn ensure_restored(&self, cwd: &str, session: &str, task: &str) -> Result<bool, Error> {
+    pub(crate) fn ensure_restored(
+        &self,
+        cwd: &str,
+        session: &str,
+        task: &str,
+    ) -> Result<bool, Error> {
         let body = json!({"cwd": cwd, "sessionId": session, "taskId": task});
         let resp = self
             .post("/iac-code/session/ensure-restored")
@@ -367,7 +380,7 @@ impl A2aClient {
 
     /// iac-code extension: the pipeline snapshot and the events after `after`; `None` when the task
     /// has no pipeline.
-    pub fn pipeline_state(&self, task: &str, after: u64) -> Result<Option<Value>, Error> {
+    pub(crate) fn pipeline_state(&self, task: &str, after: u64) -> Result<Option<Value>, Error> {
         let mut req = self
             .agent
             .get(format!("{}/iac-code/pipeline/state", self.base))
@@ -393,25 +406,17 @@ impl A2aClient {
             s => Err(Msg::PipelineStateHttp.with(&[&s])),
         }
     }
-
-    /// Whether `GET /health` answers 200.
-    pub fn healthy(&self) -> bool {
-        self.agent
-            .get(format!("{}/health", self.base))
-            .call()
-            .is_ok_and(|r| r.status().as_u16() == 200)
-    }
 }
 
 /// One `SendStreamingMessage` reply.
-pub enum A2aStream {
+pub(crate) enum A2aStream {
     Sse(Box<EventReader<ureq::BodyReader<'static>>>),
     One(Option<Value>),
 }
 
 impl A2aStream {
     /// Whether the next result is already buffered (the caller may batch its output).
-    pub fn has_buffered(&self) -> bool {
+    pub(crate) fn has_buffered(&self) -> bool {
         match self {
             A2aStream::One(v) => v.is_some(),
             A2aStream::Sse(events) => events.has_ready(),
@@ -419,7 +424,7 @@ impl A2aStream {
     }
 
     /// The next JSON-RPC `result`, `Ok(None)` at the end of the stream.
-    pub fn next_result(&mut self) -> Result<Option<Value>, Error> {
+    pub(crate) fn next_result(&mut self) -> Result<Option<Value>, Error> {
         match self {
             A2aStream::One(v) => Ok(v.take()),
             A2aStream::Sse(events) => loop {
@@ -510,32 +515,34 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::{AlibabaCloud, Thinking};
 
     #[test]
     fn metadata_uses_the_kernel_key_names() {
-        let iac = IacCode {
-            ros_invocation_id: "inv".into(),
-            cwd: "/w".into(),
-            model: Some(" m ".into()),
-            llm_api_key: Some("k".into()),
-            user_id: Some("u".into()),
-            candidate_presentation: Some("rich".into()),
-            run_mode: Some("pipeline".into()),
-            pipeline_name: Some("selling".into()),
-            thinking: Some(Thinking {
+        let iac = TurnOptions {
+            ros_invocation_id: "inv",
+            cwd: "/w",
+            preferred_language: Some("en"),
+            model: Some(" m "),
+            llm_api_key: Some("k"),
+            user_id: Some("u"),
+            candidate_presentation: Some("rich"),
+            mode: RunMode {
+                run_mode: Some("pipeline"),
+                pipeline_name: Some("selling"),
+            },
+            thinking: Thinking {
                 enabled: Some(true),
                 effort: None,
                 budget: Some(9),
-            }),
-            alibaba_cloud: Some(AlibabaCloud {
-                access_key_id: Some("id".into()),
-                region_id: Some("cn".into()),
+            },
+            cloud: CloudCredentials {
+                access_key_id: Some("id"),
+                region_id: Some("cn"),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         };
-        let m = iac_code_metadata(&iac, Some("en"), &Turn::New);
+        let m = iac_code_metadata(&iac, &Turn::New);
         assert_eq!(m["iac_code_model"], "m");
         assert_eq!(m["iac_code_api_key"], "k");
         assert_eq!(m["user_id"], "u");
@@ -555,42 +562,43 @@ mod tests {
                 pipeline_name: None,
             },
         };
-        let m = iac_code_metadata(&iac, None, &answer);
+        let m = iac_code_metadata(&iac, &answer);
         assert_eq!(m["run_mode"], "normal");
         assert!(m.get("pipeline_name").is_none());
     }
 
     #[test]
     fn no_run_mode_is_sent_when_the_client_gave_none() {
-        let iac = IacCode {
-            cwd: "/w".into(),
+        let iac = TurnOptions {
+            cwd: "/w",
             ..Default::default()
         };
-        let m = iac_code_metadata(&iac, None, &Turn::New);
+        let m = iac_code_metadata(&iac, &Turn::New);
         assert!(m.get("run_mode").is_none(), "{m}");
         assert!(m.get("pipeline_name").is_none(), "{m}");
     }
 
     #[test]
     fn a_new_turn_and_an_answer_are_one_message_shape_and_only_the_answer_names_the_task() {
-        let iac = IacCode {
-            cwd: "/w".into(),
-            ros_invocation_id: "inv".into(),
+        let iac = TurnOptions {
+            cwd: "/w",
+            ros_invocation_id: "inv",
+            preferred_language: Some("en"),
             ..Default::default()
         };
         let parts = [json!({"text": "hi"})];
-        let turn = user_message("m1", &parts, "ctx", &iac, Some("en"), Turn::New);
+        let turn = user_message("m1", &parts, "ctx", &iac, Turn::New);
         assert_eq!(
             turn,
             json!({"messageId": "m1", "role": "ROLE_USER", "parts": parts, "contextId": "ctx",
-                   "metadata": {"iac_code": iac_code_metadata(&iac, Some("en"), &Turn::New)}})
+                   "metadata": {"iac_code": iac_code_metadata(&iac, &Turn::New)}})
         );
         let answer = Turn::Answer {
             task_id: "task-1",
             extra: Some(json!({"inputResponse": {"value": "v"}})),
             mode: RunMode::default(),
         };
-        let m = user_message("m2", &parts, "ctx", &iac, Some("en"), answer);
+        let m = user_message("m2", &parts, "ctx", &iac, answer);
         assert_eq!(m["taskId"], "task-1");
         assert_eq!(
             m["metadata"]["iac_code"]["inputResponse"],

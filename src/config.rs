@@ -14,9 +14,9 @@ pub struct Config {
     /// Loopback A2A URL; `None` starts a managed kernel.
     pub a2a_url: Option<String>,
     /// Kernel command line (`--host`/`--port` are appended).
-    pub a2a_command: Vec<String>,
+    pub(crate) a2a_command: Vec<String>,
     pub a2a_token: Option<String>,
-    pub auth_token: Option<String>,
+    pub(crate) auth_token: Option<String>,
     pub state_dir: PathBuf,
     pub allowed_cwds: Vec<PathBuf>,
     pub idle_shutdown: Duration,
@@ -24,33 +24,33 @@ pub struct Config {
     pub log_stdout: bool,
     pub log_format: LogFormat,
     pub heartbeat: Duration,
-    pub interrupt_ttl: Duration,
+    pub(crate) interrupt_ttl: Duration,
     /// How long the upstream stream may stay silent before the run fails (0 = never).
     pub a2a_idle_timeout: Duration,
-    pub kernel_start_timeout: Duration,
+    pub(crate) kernel_start_timeout: Duration,
     pub workers: usize,
     /// Open client connections; beyond it a fast 503.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Request line plus headers, in bytes (431 beyond).
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// Header lines per request (431 beyond).
-    pub max_headers: usize,
+    pub(crate) max_headers: usize,
     /// Request-target length (414 beyond).
-    pub max_url_bytes: usize,
+    pub(crate) max_url_bytes: usize,
     /// Time to receive a request's head (408 and close beyond).
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// Total time to receive a request's body (408 and close beyond).
-    pub body_timeout: Duration,
+    pub(crate) body_timeout: Duration,
     /// Idle time of a keep-alive connection before it is closed.
-    pub keepalive_timeout: Duration,
+    pub(crate) keepalive_timeout: Duration,
     /// A client that accepts no bytes for this long is dropped.
-    pub write_timeout: Duration,
+    pub(crate) write_timeout: Duration,
     /// Extra `Host` values accepted when bound to a loopback address (lower-case).
-    pub allowed_hosts: Vec<String>,
+    pub(crate) allowed_hosts: Vec<String>,
     /// One of several pairs behind a balancer: unknown threads with history are refused.
-    pub pair_mode: bool,
+    pub(crate) pair_mode: bool,
     /// Origins whose pages may call us from another origin (exact; `*` only without a token).
-    pub cors_allow_origins: Vec<String>,
+    pub(crate) cors_allow_origins: Vec<String>,
 }
 
 /// `--log-format`: env_logger's text lines, or one JSON object a line with the run's ids as fields.
@@ -188,65 +188,10 @@ impl Command {
         I: IntoIterator<Item = String>,
         E: Fn(&str) -> Option<String>,
     {
-        let mut cli: HashMap<&'static str, String> = HashMap::new();
-        // The one repeatable option: its values accumulate (joined by ',' like the env form).
-        let mut hosts: Vec<String> = Vec::new();
-        let mut origins: Vec<String> = Vec::new();
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            match arg.as_str() {
-                "-h" | "--help" => return Ok(Command::Help),
-                "-V" | "--version" => return Ok(Command::Version),
-                // The reference's short and negative boolean forms (click `--debug/-d`,
-                // `--log-stdout/--no-log-stdout`).
-                "-d" => {
-                    cli.insert("debug", "true".into());
-                    continue;
-                }
-                "--no-log-stdout" => {
-                    cli.insert("log-stdout", "false".into());
-                    continue;
-                }
-                _ => {}
-            }
-            let Some(body) = arg.strip_prefix("--") else {
-                return Err(format!("unexpected argument '{arg}'"));
-            };
-            let (name, inline) = match body.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (body, None),
-            };
-            let Some(&(flag, takes_value)) = FLAGS.iter().find(|f| f.0 == name) else {
-                return Err(format!("unknown option '--{name}'"));
-            };
-            let value = if takes_value {
-                match inline {
-                    Some(v) => v,
-                    None => args
-                        .next()
-                        .ok_or_else(|| format!("option '--{flag}' needs a value"))?,
-                }
-            } else if let Some(v) = inline {
-                v
-            } else {
-                "true".to_string()
-            };
-            if flag == "allowed-host" {
-                hosts.push(value);
-                continue;
-            }
-            if flag == "cors-allow-origin" {
-                origins.push(value);
-                continue;
-            }
-            cli.insert(flag, value);
-        }
-        if !hosts.is_empty() {
-            cli.insert("allowed-host", hosts.join(","));
-        }
-        if !origins.is_empty() {
-            cli.insert("cors-allow-origin", origins.join(","));
-        }
+        let cli = match read_flags(args)? {
+            Flags::Given(cli) => cli,
+            Flags::Early(command) => return Ok(command),
+        };
         let yaml = match cli.get("config") {
             Some(path) => parse_yaml(path)?,
             None => HashMap::new(),
@@ -271,21 +216,7 @@ impl Command {
             Some(url) => Some(normalize_a2a_url(&url)?),
             None => None,
         };
-        let allowed = env("IAC_CODE_AGUI_ALLOWED_CWDS")
-            .or_else(|| env("IACCODE_A2A_ALLOWED_CWDS"))
-            .filter(|v| !v.trim().is_empty());
-        let allowed_cwds = match allowed {
-            Some(v) => std::env::split_paths(&v)
-                .filter(|p| !p.as_os_str().is_empty())
-                .collect(),
-            None => {
-                let mut roots = vec![std::env::temp_dir()];
-                if let Ok(cwd) = std::env::current_dir() {
-                    roots.insert(0, cwd);
-                }
-                roots
-            }
-        };
+        let allowed_cwds = allowed_cwds(&env);
         let config = Config {
             host: get("host").unwrap_or_else(|| "127.0.0.1".into()),
             port: number(get("port"), "port", 8000)?,
@@ -305,7 +236,7 @@ impl Command {
             idle_shutdown: seconds(get("idle-shutdown"), "idle-shutdown", 0.0)?,
             debug: flag(get("debug"), "debug")?,
             log_stdout: flag(get("log-stdout"), "log-stdout")?,
-            log_format: log_format(get("log-format"))?,
+            log_format: log_format(get("log-format").as_deref())?,
             heartbeat: seconds(get("heartbeat-interval"), "heartbeat-interval", 15.0)?,
             interrupt_ttl: seconds(get("interrupt-ttl"), "interrupt-ttl", 540.0)?,
             a2a_idle_timeout: seconds(get("a2a-idle-timeout"), "a2a-idle-timeout", 900.0)?,
@@ -345,6 +276,98 @@ impl Command {
             return Err("'--heartbeat-interval' must be above 0".into());
         }
         Ok(Command::Run(Box::new(config)))
+    }
+}
+
+/// What the command line says before any other source is read.
+enum Flags {
+    /// `--help` or `--version`: nothing else is read.
+    Early(Command),
+    /// Each given flag's value (a repeatable one's values joined by ',').
+    Given(HashMap<&'static str, String>),
+}
+
+/// Reads `args` into flag values, without looking at the environment or the YAML file.
+fn read_flags<I: IntoIterator<Item = String>>(args: I) -> Result<Flags, String> {
+    let mut cli: HashMap<&'static str, String> = HashMap::new();
+    // The one repeatable option: its values accumulate (joined by ',' like the env form).
+    let mut hosts: Vec<String> = Vec::new();
+    let mut origins: Vec<String> = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Flags::Early(Command::Help)),
+            "-V" | "--version" => return Ok(Flags::Early(Command::Version)),
+            // The reference's short and negative boolean forms (click `--debug/-d`,
+            // `--log-stdout/--no-log-stdout`).
+            "-d" => {
+                cli.insert("debug", "true".into());
+                continue;
+            }
+            "--no-log-stdout" => {
+                cli.insert("log-stdout", "false".into());
+                continue;
+            }
+            _ => {}
+        }
+        let Some(body) = arg.strip_prefix("--") else {
+            return Err(format!("unexpected argument '{arg}'"));
+        };
+        let (name, inline) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (body, None),
+        };
+        let Some(&(flag, takes_value)) = FLAGS.iter().find(|f| f.0 == name) else {
+            return Err(format!("unknown option '--{name}'"));
+        };
+        let value = if takes_value {
+            match inline {
+                Some(v) => v,
+                None => args
+                    .next()
+                    .ok_or_else(|| format!("option '--{flag}' needs a value"))?,
+            }
+        } else if let Some(v) = inline {
+            v
+        } else {
+            "true".to_string()
+        };
+        if flag == "allowed-host" {
+            hosts.push(value);
+            continue;
+        }
+        if flag == "cors-allow-origin" {
+            origins.push(value);
+            continue;
+        }
+        cli.insert(flag, value);
+    }
+    if !hosts.is_empty() {
+        cli.insert("allowed-host", hosts.join(","));
+    }
+    if !origins.is_empty() {
+        cli.insert("cors-allow-origin", origins.join(","));
+    }
+    Ok(Flags::Given(cli))
+}
+
+/// The directories a run's `cwd` may be under: the environment's list, or the current and the
+/// temporary directory.
+fn allowed_cwds(env: &impl Fn(&str) -> Option<String>) -> Vec<PathBuf> {
+    let allowed = env("IAC_CODE_AGUI_ALLOWED_CWDS")
+        .or_else(|| env("IACCODE_A2A_ALLOWED_CWDS"))
+        .filter(|v| !v.trim().is_empty());
+    match allowed {
+        Some(v) => std::env::split_paths(&v)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect(),
+        None => {
+            let mut roots = vec![std::env::temp_dir()];
+            if let Ok(cwd) = std::env::current_dir() {
+                roots.insert(0, cwd);
+            }
+            roots
+        }
     }
 }
 
@@ -423,7 +446,7 @@ fn origin_list(v: Option<String>) -> Result<Vec<String>, String> {
 
 /// Whether `host` (a bind address) is a loopback one: only then is the `Host` header checked by
 /// default (a browser page can reach a loopback port through DNS rebinding).
-pub fn is_loopback_host(host: &str) -> bool {
+pub(crate) fn is_loopback_host(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match host.parse::<std::net::IpAddr>() {
         Ok(ip) => ip.to_canonical().is_loopback(),
@@ -451,7 +474,7 @@ fn split_command(cmd: &str) -> Result<Vec<String>, String> {
 /// Only loopback upstreams: the adapter forwards credentials and must not leave the host.
 /// The reference's rule: scheme `http` or `https`, host `127.0.0.1`, `localhost` or `::1`; ours also
 /// takes the rest of 127.0.0.0/8 and the IPv4-mapped form `::ffff:127.0.0.1`.
-pub fn check_loopback_url(url: &str) -> Result<(), String> {
+pub(crate) fn check_loopback_url(url: &str) -> Result<(), String> {
     let refuse = |why: &str| {
         Err(format!(
             "refusing --a2a-url '{url}': {why}; the A2A upstream must be a loopback HTTP(S) URL \
@@ -489,7 +512,7 @@ pub fn check_loopback_url(url: &str) -> Result<(), String> {
 /// (`http://127.0.0.1:41242` → `http://127.0.0.1:41242/`). An `https` URL is refused here: the
 /// kernel serves plain HTTP on loopback, and this build has no TLS client (a TLS stack would be
 /// the largest dependency of the binary for a loopback hop), so it could only fail at connect.
-pub fn normalize_a2a_url(url: &str) -> Result<String, String> {
+pub(crate) fn normalize_a2a_url(url: &str) -> Result<String, String> {
     let url = url.trim();
     check_loopback_url(url)?;
     if url[..5].eq_ignore_ascii_case("https") {
@@ -544,8 +567,8 @@ fn expand_path(raw: &str, env: &impl Fn(&str) -> Option<String>) -> PathBuf {
     PathBuf::from(out)
 }
 
-fn log_format(v: Option<String>) -> Result<LogFormat, String> {
-    match v.as_deref().map(str::trim) {
+fn log_format(v: Option<&str>) -> Result<LogFormat, String> {
+    match v.map(str::trim) {
         None | Some("" | "text") => Ok(LogFormat::Text),
         Some("json") => Ok(LogFormat::Json),
         Some(other) => Err(format!(

@@ -12,7 +12,7 @@ use std::fmt;
 /// `STATE_UNAVAILABLE`, which the reference adapter answers when the state store cannot be read,
 /// and `INTERNAL_ERROR` for a request handler that panicked, where the reference gives a bare 500).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
+pub(crate) enum Code {
     Unauthorized,
     UnsupportedMediaType,
     RequestTooLarge,
@@ -40,7 +40,7 @@ pub enum Code {
 }
 
 impl Code {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Code::Unauthorized => "UNAUTHORIZED",
             Code::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
@@ -70,7 +70,7 @@ impl Code {
     }
 
     /// The HTTP status used when the error is answered before the SSE stream starts.
-    pub fn http_status(self) -> u16 {
+    pub(crate) fn http_status(self) -> u16 {
         match self {
             Code::Unauthorized => 401,
             Code::UnsupportedMediaType => 415,
@@ -113,7 +113,7 @@ pub enum Lang {
 
 impl Lang {
     /// Every language, in catalogue column order.
-    pub const ALL: [Lang; 7] = [
+    pub(crate) const ALL: [Lang; 7] = [
         Lang::En,
         Lang::Zh,
         Lang::Es,
@@ -124,7 +124,7 @@ impl Lang {
     ];
 
     /// The primary subtag: what the kernel gets as `preferredLanguage` when the client sent none.
-    pub fn tag(self) -> &'static str {
+    pub(crate) fn tag(self) -> &'static str {
         match self {
             Lang::En => "en",
             Lang::Zh => "zh",
@@ -138,7 +138,7 @@ impl Lang {
 
     /// The one language decision of a request: `preferredLanguage` when it normalises to a
     /// supported language, else `Accept-Language`, else English (the reference's order).
-    pub fn choose(preferred: Option<&str>, accept_language: Option<&str>) -> Lang {
+    pub(crate) fn choose(preferred: Option<&str>, accept_language: Option<&str>) -> Lang {
         preferred
             .and_then(Lang::normalize)
             .or_else(|| accept_language.map(Lang::from_accept_language))
@@ -147,7 +147,7 @@ impl Lang {
 
     /// Trim, lowercase, `_` → `-`, keep the primary subtag; `None` when it is not supported
     /// (`zh-CN` → zh, `pt_BR` → pt).
-    pub fn normalize(tag: &str) -> Option<Lang> {
+    pub(crate) fn normalize(tag: &str) -> Option<Lang> {
         let tag = tag.trim().to_ascii_lowercase().replace('_', "-");
         let primary = tag.split('-').next().unwrap_or("");
         Lang::ALL.into_iter().find(|l| l.tag() == primary)
@@ -186,7 +186,7 @@ impl Lang {
 /// rendered in the reader's language at the last moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
-    pub code: Code,
+    pub(crate) code: Code,
     msg: Msg,
     args: Vec<String>,
     /// Only tiny_http's refusals by a status the catalogue does not list keep that status.
@@ -203,27 +203,22 @@ impl Error {
         }
     }
 
-    /// The catalogue id (tests and metrics tell errors apart by it).
-    pub fn msg(&self) -> Msg {
-        self.msg
-    }
-
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         self.status.unwrap_or_else(|| self.msg.status())
     }
 
-    pub fn message(&self, lang: Lang) -> String {
+    pub(crate) fn message(&self, lang: Lang) -> String {
         self.msg.render(lang, &self.args)
     }
 
     /// The pre-SSE HTTP body: `{"error":{"code","message"}}`.
-    pub fn to_json(&self, lang: Lang) -> serde_json::Value {
+    pub(crate) fn to_json(&self, lang: Lang) -> serde_json::Value {
         serde_json::json!({"error": {"code": self.code.as_str(), "message": self.message(lang)}})
     }
 
     /// The answers the HTTP layer gives by itself to a request it cannot serve (framing, limits,
     /// connection cap), by status.
-    pub fn http_limit(status: u16) -> Error {
+    pub(crate) fn http_limit(status: u16) -> Error {
         let msg = match status {
             400 => Msg::HttpMalformed,
             408 => Msg::HttpTimeout,

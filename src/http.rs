@@ -21,7 +21,7 @@ use tiny_http::{Header, Method, Request, Response};
 const CANCEL_PREFIX: &str = "/extensions/iac-code/v1/executions/";
 const THREADS_PREFIX: &str = "/extensions/iac-code/v1/threads/";
 const MAX_CANCEL_BODY: usize = 64 * 1024;
-pub const PROTOCOL_VERSION: &str = "1.0.0";
+pub(crate) const PROTOCOL_VERSION: &str = "1.0.0";
 /// Stack of a request thread, which is also the run's thread: runs are many and long-lived.
 const RUN_STACK: usize = 512 * 1024;
 /// Name of request threads; the panic hook logs their panics with a backtrace.
@@ -45,7 +45,7 @@ pub fn limits(config: &Config) -> tiny_http::Limits {
 }
 
 /// The body of an answer tiny_http gives by itself (no request language is known there: English).
-pub fn error_body(status: u16) -> (Vec<u8>, &'static str) {
+pub(crate) fn error_body(status: u16) -> (Vec<u8>, &'static str) {
     let body = Error::http_limit(status).to_json(Lang::En);
     (
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -236,7 +236,7 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
             let _ = req.respond(with_headers(Response::empty(204), headers));
         }
         Ok(Next::Run(admitted)) => stream_run(app, req, *admitted, &cors),
-        Ok(Next::Observe(observer)) => stream_observer(app, req, *observer, &cors),
+        Ok(Next::Observe(observer)) => stream_observer(app, req, &observer, &cors),
         Err(r) => {
             let socket = if r.close { req.socket() } else { None };
             if let Some(s) = &socket {
@@ -584,7 +584,7 @@ fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted, cors: &Cors) {
 
 /// An observer continues on this request thread, like a run, with heartbeats; it holds no
 /// thread slot, so nothing is freed when it ends.
-fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors) {
+fn stream_observer(app: &Arc<App>, req: Request, observer: &Observer, cors: &Cors) {
     let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
         Ok(s) => s,
         Err(e) => {
@@ -593,7 +593,7 @@ fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors
         }
     };
     app.heartbeats.register(&stream);
-    observe::observe(app, observer, stream);
+    observe::observe(app, observer, &stream);
 }
 
 fn with_headers<R: std::io::Read>(mut resp: Response<R>, headers: Vec<Header>) -> Response<R> {

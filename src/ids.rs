@@ -4,12 +4,12 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
 /// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -20,7 +20,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The A2A context of an AG-UI thread: `agui-` + the first 40 hex digits of SHA-256(threadId),
 /// the same derivation as the reference adapter (checked against its captures).
-pub fn context_id(thread_id: &str) -> String {
+pub(crate) fn context_id(thread_id: &str) -> String {
     let mut hex = sha256_hex(thread_id.as_bytes());
     hex.truncate(40);
     format!("agui-{hex}")
@@ -28,12 +28,12 @@ pub fn context_id(thread_id: &str) -> String {
 
 /// Canonical digest of a JSON value: serde_json's map is ordered by key, so equal values serialize
 /// to equal bytes.
-pub fn json_digest(value: &serde_json::Value) -> String {
+pub(crate) fn json_digest(value: &serde_json::Value) -> String {
     sha256_hex(&serde_json::to_vec(value).unwrap_or_default())
 }
 
 /// A random (v4) UUID from the OS random source.
-pub fn uuid_v4() -> String {
+pub(crate) fn uuid_v4() -> String {
     let mut b = [0u8; 16];
     let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
     if filled.is_err() {
@@ -59,7 +59,7 @@ pub fn uuid_v4() -> String {
     )
 }
 
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -67,7 +67,7 @@ pub fn now_ms() -> u64 {
 }
 
 /// RFC 3339 UTC time (`2026-08-27T03:00:00Z`) of a Unix time in milliseconds.
-pub fn rfc3339(ms: u64) -> String {
+pub(crate) fn rfc3339(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Howard Hinnant's civil-from-days.
@@ -97,7 +97,7 @@ pub fn rfc3339(ms: u64) -> String {
 /// The 200-byte cap also applies to a plain id (the reference does not cap it and fails with
 /// ENAMETOOLONG from 251 characters on, so no reference state file can exist for such an id): any
 /// threadId the spec allows gets a file name of at most 209 bytes with `.json`.
-pub fn thread_key(thread_id: &str) -> String {
+pub(crate) fn thread_key(thread_id: &str) -> String {
     if thread_id.len() <= MAX_KEY_STEM && is_plain_key(thread_id) {
         return thread_id.to_string();
     }

@@ -13,76 +13,76 @@ use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::path::{Component, Path, PathBuf};
 
-pub const MAX_BODY_BYTES: usize = 12 * 1024 * 1024;
-pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
-pub const MAX_IMAGES_BYTES: usize = 10 * 1024 * 1024;
-pub const MAX_ROS_INVOCATION_ID: usize = 256;
+pub(crate) const MAX_BODY_BYTES: usize = 12 * 1024 * 1024;
+pub(crate) const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_IMAGES_BYTES: usize = 10 * 1024 * 1024;
+pub(crate) const MAX_ROS_INVOCATION_ID: usize = 256;
 /// runIds are kept as idempotency keys in the thread file; a cap keeps that file small.
-pub const MAX_RUN_ID_BYTES: usize = 256;
+pub(crate) const MAX_RUN_ID_BYTES: usize = 256;
 
 /// A validated run request.
 #[derive(Debug, Clone)]
 pub struct RunInput {
-    pub thread_id: String,
-    pub run_id: String,
-    pub parent_run_id: Option<String>,
-    pub iac: IacCode,
+    pub(crate) thread_id: String,
+    pub(crate) run_id: String,
+    pub(crate) parent_run_id: Option<String>,
+    pub(crate) iac: IacCode,
     /// The latest user message: its AG-UI id and its parts in A2A form.
-    pub user_message: Option<UserMessage>,
-    pub resume: Option<Vec<ResumeEntry>>,
+    pub(crate) user_message: Option<UserMessage>,
+    pub(crate) resume: Option<Vec<ResumeEntry>>,
     /// Canonical digest of the request without its secrets, for run-id idempotency.
-    pub digest: String,
+    pub(crate) digest: String,
 }
 
 #[derive(Debug, Clone)]
-pub struct UserMessage {
-    pub id: String,
-    pub parts: Vec<Value>,
+pub(crate) struct UserMessage {
+    pub(crate) id: String,
+    pub(crate) parts: Vec<Value>,
 }
 
 /// `forwardedProps.iacCode`, every field checked.
 #[derive(Debug, Clone, Default)]
-pub struct IacCode {
-    pub ros_invocation_id: String,
-    pub cwd: String,
-    pub model: Option<String>,
-    pub llm_api_key: Option<String>,
-    pub thinking: Option<Thinking>,
-    pub user_id: Option<String>,
-    pub channel: Option<String>,
-    pub preferred_language: Option<String>,
-    pub candidate_presentation: Option<String>,
-    pub run_mode: Option<String>,
-    pub pipeline_name: Option<String>,
-    pub cleanup_only: Option<bool>,
-    pub alibaba_cloud: Option<AlibabaCloud>,
+pub(crate) struct IacCode {
+    pub(crate) ros_invocation_id: String,
+    pub(crate) cwd: String,
+    pub(crate) model: Option<String>,
+    pub(crate) llm_api_key: Option<String>,
+    pub(crate) thinking: Option<Thinking>,
+    pub(crate) user_id: Option<String>,
+    pub(crate) channel: Option<String>,
+    pub(crate) preferred_language: Option<String>,
+    pub(crate) candidate_presentation: Option<String>,
+    pub(crate) run_mode: Option<String>,
+    pub(crate) pipeline_name: Option<String>,
+    pub(crate) cleanup_only: Option<bool>,
+    pub(crate) alibaba_cloud: Option<AlibabaCloud>,
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Thinking {
-    pub enabled: Option<bool>,
-    pub effort: Option<String>,
-    pub budget: Option<u64>,
+pub(crate) struct Thinking {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) effort: Option<String>,
+    pub(crate) budget: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct AlibabaCloud {
-    pub access_key_id: Option<String>,
-    pub access_key_secret: Option<String>,
-    pub security_token: Option<String>,
-    pub region_id: Option<String>,
+pub(crate) struct AlibabaCloud {
+    pub(crate) access_key_id: Option<String>,
+    pub(crate) access_key_secret: Option<String>,
+    pub(crate) security_token: Option<String>,
+    pub(crate) region_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResumeEntry {
-    pub interrupt_id: String,
-    pub cancelled: bool,
-    pub payload: Option<Value>,
+pub(crate) struct ResumeEntry {
+    pub(crate) interrupt_id: String,
+    pub(crate) cancelled: bool,
+    pub(crate) payload: Option<Value>,
 }
 
 impl ResumeEntry {
     /// The canonical form whose digest marks an applied answer: `{status, payload}`.
-    pub fn canonical(&self) -> Value {
+    pub(crate) fn canonical(&self) -> Value {
         let status = if self.cancelled {
             "cancelled"
         } else {

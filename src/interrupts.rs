@@ -40,7 +40,7 @@ const PERSISTED_FIELDS: &[&str] = &[
 
 /// The required inputs of one A2A item's `metadata.iac_code`: `input` plus every
 /// `pendingPermissions[]` item, de-duplicated by `inputId`, reduced to the persisted fields.
-pub fn inputs_of(iac: &Value) -> Vec<Value> {
+pub(crate) fn inputs_of(iac: &Value) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     let single = iac.get(incoming::INPUT).into_iter();
     let listed = iac
@@ -70,7 +70,7 @@ pub fn inputs_of(iac: &Value) -> Vec<Value> {
 }
 
 /// Whether an input is a concurrent side wait of a pipeline (several may be pending at once).
-pub fn is_sideband(input: &Value) -> bool {
+pub(crate) fn is_sideband(input: &Value) -> bool {
     input.get("scope").and_then(Value::as_str) == Some("candidate")
         || input.get("subPipelineId").and_then(Value::as_str).is_some()
 }
@@ -118,7 +118,7 @@ fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 /// Options normalised to `{id, title}`; duplicate ids get `-2`, `-3` suffixes.
-pub fn standard_options(input: &Value) -> Vec<(String, String)> {
+pub(crate) fn standard_options(input: &Value) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     let raw = input.get("options").and_then(Value::as_array);
     for (i, option) in raw.into_iter().flatten().enumerate() {
@@ -150,7 +150,7 @@ pub fn standard_options(input: &Value) -> Vec<(String, String)> {
 }
 
 /// The JSON Schema a resolved payload must satisfy.
-pub fn response_schema(input: &Value) -> Value {
+pub(crate) fn response_schema(input: &Value) -> Value {
     let options = standard_options(input);
     match Kind::of(input) {
         Kind::Permission => json!({
@@ -214,7 +214,7 @@ fn free_text_branch() -> Value {
 
 /// Checks a deployment confirmation envelope: every option needs a unique non-empty `id` of at most
 /// 200 characters and an `action` among confirm/adjust/reselect/cancel.
-pub fn check_envelope(input: &Value) -> Result<(), Error> {
+pub(crate) fn check_envelope(input: &Value) -> Result<(), Error> {
     if Kind::of(input) != Kind::DeploymentConfirmation {
         return Ok(());
     }
@@ -237,7 +237,7 @@ pub fn check_envelope(input: &Value) -> Result<(), Error> {
 }
 
 /// The AG-UI `Interrupt` for a pending input.
-pub fn to_interrupt(input: &Value, expires_at: &str, lang: Lang) -> Value {
+pub(crate) fn to_interrupt(input: &Value, expires_at: &str, lang: Lang) -> Value {
     let options = standard_options(input);
     let is_permission = Kind::of(input) == Kind::Permission;
     let message = if is_permission {
@@ -283,7 +283,7 @@ pub fn to_interrupt(input: &Value, expires_at: &str, lang: Lang) -> Value {
 
 /// What to send the kernel for one answered interrupt.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// Parts of a `ROLE_USER` message on the waiting task (plus optional `metadata.iac_code` keys).
     Message {
         parts: Vec<Value>,
@@ -294,7 +294,11 @@ pub enum Answer {
 }
 
 /// Validates a resume entry against its interrupt and builds the kernel answer.
-pub fn answer(input: &Value, cancelled: bool, payload: Option<&Value>) -> Result<Answer, Error> {
+pub(crate) fn answer(
+    input: &Value,
+    cancelled: bool,
+    payload: Option<&Value>,
+) -> Result<Answer, Error> {
     let is_permission = Kind::of(input) == Kind::Permission;
     if cancelled && !is_permission {
         return Ok(Answer::CancelExecution);

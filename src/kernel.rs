@@ -20,13 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub const INSTALL_HINT: &str = "install the kernel with: pip install \"iac-code[a2a]==0.16.0\" \
+pub(crate) const INSTALL_HINT: &str =
+    "install the kernel with: pip install \"iac-code[a2a]==0.16.0\" \
 \"a2a-sdk[http-server,signing]==1.1.5\" (pinned: `bash contrib/kernel/install.sh`, or run \
 `bash contrib/run-adapter.sh`, which does it once; or point --a2a-url at a running `iac-code a2a`, \
 or set --a2a-command)";
 
 /// The kernel release this adapter is built and tested against (contrib/kernel/requirements.lock).
-pub const PINNED_KERNEL: &str = "0.16";
+pub(crate) const PINNED_KERNEL: &str = "0.16";
 
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Bound of `iac-code --version` (a Python start-up: about a second).

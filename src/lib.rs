@@ -17,18 +17,18 @@
 //! | [`run`] | admission, the life of a run, resume, crash repair, the cancel extension, shutdown |
 //! | `routing` | several pairs: the thread header, unknown threads with history refused |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
-//! | [`interrupts`] | input waits as interrupts, resume answers as A2A messages |
-//! | [`observe`] | re-attach after a reload: the thread lookup and the observe stream |
+//! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
+//! | `observe` | re-attach after a reload: the thread lookup and the observe stream |
 //! | [`a2a`] | the JSON-RPC client and the `metadata.iac_code` key table |
 //! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
 //! | [`stream`] | the client's SSE response and the heartbeat timer |
 //! | [`store`] | per-thread JSON state files, atomically replaced |
 //! | [`kernel`] | supervision of a managed `iac-code a2a` |
-//! | [`metrics`] | counters and histograms for `GET /metrics` (Prometheus text) |
+//! | `metrics` | counters and histograms for `GET /metrics` (Prometheus text) |
 //! | [`logctx`] | the run's ids as log fields (`--log-format json`) |
 //! | [`error`] | the one error type, the spec's codes, the seven languages and the one language decision |
-//! | [`messages`] | the one catalogue of user-visible messages (code, status, a sentence per language) |
-//! | [`ids`] | ids, digests, clocks |
+//! | `messages` | the one catalogue of user-visible messages (code, status, a sentence per language) |
+//! | `ids` | ids, digests, clocks |
 //!
 //! The projection can be driven without sockets:
 //!
@@ -59,14 +59,14 @@ pub mod app;
 pub mod config;
 pub mod error;
 pub mod http;
-pub mod ids;
+pub(crate) mod ids;
 pub mod input;
-pub mod interrupts;
+pub(crate) mod interrupts;
 pub mod kernel;
 pub mod logctx;
-pub mod messages;
-pub mod metrics;
-pub mod observe;
+pub(crate) mod messages;
+pub(crate) mod metrics;
+pub(crate) mod observe;
 pub mod projection;
 pub(crate) mod routing;
 pub mod run;

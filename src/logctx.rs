@@ -19,7 +19,7 @@ thread_local! {
 }
 
 /// Clears the calling thread's fields when dropped: held for one request's whole life.
-pub struct Scope(());
+pub(crate) struct Scope(());
 
 impl Drop for Scope {
     fn drop(&mut self) {
@@ -27,12 +27,12 @@ impl Drop for Scope {
     }
 }
 
-pub fn scope() -> Scope {
+pub(crate) fn scope() -> Scope {
     Scope(())
 }
 
 /// The request on this thread is for `thread_id`/`run_id` (once its body parsed).
-pub fn set_run(thread_id: &str, run_id: &str) {
+pub(crate) fn set_run(thread_id: &str, run_id: &str) {
     CURRENT.with(|c| {
         let mut c = c.borrow_mut();
         c.thread_id = Some(thread_id.to_string());
@@ -41,7 +41,7 @@ pub fn set_run(thread_id: &str, run_id: &str) {
 }
 
 /// The run on this thread drives `execution_id` (decided at admission).
-pub fn set_execution(execution_id: &str) {
+pub(crate) fn set_execution(execution_id: &str) {
     CURRENT.with(|c| c.borrow_mut().execution_id = Some(execution_id.to_string()));
 }
 

@@ -142,7 +142,7 @@ impl Msg {
     }
 
     /// An error with this message, `args` filling `{0}`, `{1}`, …
-    pub fn with(self, args: &[&dyn std::fmt::Display]) -> crate::error::Error {
+    pub(crate) fn with(self, args: &[&dyn std::fmt::Display]) -> crate::error::Error {
         crate::error::Error::from_msg(self, args.iter().map(ToString::to_string).collect())
     }
 

@@ -25,7 +25,7 @@ const WRITE_BUCKETS: &[f64] = &[
 ];
 
 /// A fixed-bucket histogram: cumulative counts are computed at render time.
-pub struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     /// One count per bound, plus the `+Inf` overflow.
     counts: [AtomicU64; 16],
@@ -41,7 +41,7 @@ impl Histogram {
         }
     }
 
-    pub fn observe(&self, d: Duration) {
+    pub(crate) fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         let i = self
             .bounds
@@ -92,13 +92,13 @@ static REJECTED: Labelled = Labelled::new();
 static EVENTS: AtomicU64 = AtomicU64::new(0);
 static HEARTBEATS: AtomicU64 = AtomicU64::new(0);
 static KERNEL_RESTARTS: AtomicU64 = AtomicU64::new(0);
-pub static UPSTREAM_LATENCY: Histogram = Histogram::new(UPSTREAM_BUCKETS);
-pub static STATE_WRITE_LATENCY: Histogram = Histogram::new(WRITE_BUCKETS);
+pub(crate) static UPSTREAM_LATENCY: Histogram = Histogram::new(UPSTREAM_BUCKETS);
+pub(crate) static STATE_WRITE_LATENCY: Histogram = Histogram::new(WRITE_BUCKETS);
 /// Where the open connection count comes from (the HTTP server, once it runs).
 static CONNECTIONS: OnceLock<Box<dyn Fn() -> usize + Send + Sync>> = OnceLock::new();
 
 /// A run ended with `finish` (its `RUN_FINISHED` or `RUN_ERROR` is about to be sent).
-pub fn run_ended(finish: &End) {
+pub(crate) fn run_ended(finish: &End) {
     match finish {
         End::Success => RUNS_SUCCESS.fetch_add(1, Relaxed),
         End::Interrupt(_) => RUNS_INTERRUPT.fetch_add(1, Relaxed),
@@ -110,24 +110,24 @@ pub fn run_ended(finish: &End) {
 }
 
 /// A request refused before any stream (our JSON error answer).
-pub fn rejected(status: u16, code: Code) {
+pub(crate) fn rejected(status: u16, code: Code) {
     REJECTED.add(code.as_str(), status);
 }
 
-pub fn events_sent(n: usize) {
+pub(crate) fn events_sent(n: usize) {
     EVENTS.fetch_add(n as u64, Relaxed);
 }
 
-pub fn heartbeat_sent() {
+pub(crate) fn heartbeat_sent() {
     HEARTBEATS.fetch_add(1, Relaxed);
 }
 
-pub fn kernel_restarted() {
+pub(crate) fn kernel_restarted() {
     KERNEL_RESTARTS.fetch_add(1, Relaxed);
 }
 
 /// Sets the source of the open-connection gauge (first call wins: one server per process).
-pub fn count_connections_with(f: impl Fn() -> usize + Send + Sync + 'static) {
+pub(crate) fn count_connections_with(f: impl Fn() -> usize + Send + Sync + 'static) {
     let _ = CONNECTIONS.set(Box::new(f));
 }
 
@@ -146,7 +146,7 @@ fn gauge(out: &mut String, name: &str, help: &str, value: usize) {
 }
 
 /// The whole exposition; `active_runs` comes from the store.
-pub fn render(active_runs: usize) -> String {
+pub(crate) fn render(active_runs: usize) -> String {
     let mut out = String::with_capacity(4096);
     gauge(
         &mut out,

@@ -109,7 +109,12 @@ fn pending_interrupts(doc: &ThreadDoc, lang: Lang) -> Vec<Value> {
 }
 
 /// `GET /extensions/iac-code/v1/threads/{threadId}?rosInvocationId=…|userId=…`.
-pub fn thread_status(app: &App, thread_id: &str, query: &str, lang: Lang) -> Result<Value, Error> {
+pub(crate) fn thread_status(
+    app: &App,
+    thread_id: &str,
+    query: &str,
+    lang: Lang,
+) -> Result<Value, Error> {
     let ros = query_param(query, "rosInvocationId");
     let user = query_param(query, "userId");
     if ros.is_none() && user.is_none() {
@@ -149,7 +154,7 @@ pub fn thread_status(app: &App, thread_id: &str, query: &str, lang: Lang) -> Res
 }
 
 /// What an admitted observer watches.
-pub struct Observer {
+pub(crate) struct Observer {
     ids: RunIds,
     lang: Lang,
     task_id: String,
@@ -169,7 +174,7 @@ fn required(body: &Value, key: &str) -> Option<String> {
 /// Checks a subscribe request against the thread (the reference's rules) before any byte of
 /// the stream: 400 for a bad body, 404 without a current execution with a task, 409 when the
 /// execution, `rosInvocationId` or `runId` is not the thread's current one.
-pub fn admit_observer(
+pub(crate) fn admit_observer(
     app: &App,
     execution_id: &str,
     body: &[u8],
@@ -242,7 +247,7 @@ fn wait_for_task(active: &ActiveRun) -> Option<String> {
 }
 
 /// Runs an observer to its end on the calling thread, writing to `stream`.
-pub fn observe(app: &App, obs: Observer, stream: Arc<SseStream>) {
+pub(crate) fn observe(app: &App, obs: &Observer, stream: &SseStream) {
     let mut proj = Projection::new(obs.ids.clone(), obs.lang).resuming(
         &obs.task_id,
         obs.session_id.as_deref(),
@@ -262,7 +267,7 @@ pub fn observe(app: &App, obs: Observer, stream: Arc<SseStream>) {
                 return;
             }
             out.clear();
-            match follow(app, &obs, &mut proj, &stream) {
+            match follow(app, obs, &mut proj, stream) {
                 Some(finish) => finish,
                 None => return, // the client left: its stream is closed, the run goes on
             }

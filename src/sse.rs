@@ -8,7 +8,7 @@
 use std::io::{self, Read};
 
 /// Upper bound for one event's data; a larger event is a protocol error, not an allocation.
-pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Incremental SSE parser: feed it bytes, take complete `data` payloads out.
 #[derive(Default)]
@@ -83,7 +83,7 @@ impl Parser {
 }
 
 /// Reads SSE events from a blocking reader.
-pub struct EventReader<R> {
+pub(crate) struct EventReader<R> {
     inner: R,
     parser: Parser,
     ready: std::collections::VecDeque<Vec<u8>>,
@@ -92,7 +92,7 @@ pub struct EventReader<R> {
 }
 
 impl<R: Read> EventReader<R> {
-    pub fn new(inner: R) -> EventReader<R> {
+    pub(crate) fn new(inner: R) -> EventReader<R> {
         EventReader {
             inner,
             parser: Parser::new(),
@@ -103,12 +103,12 @@ impl<R: Read> EventReader<R> {
     }
 
     /// Whether an event is already parsed and waiting: the next call returns without reading.
-    pub fn has_ready(&self) -> bool {
+    pub(crate) fn has_ready(&self) -> bool {
         !self.ready.is_empty()
     }
 
     /// The next event's data, or `None` at the end of the stream.
-    pub fn next_event(&mut self) -> io::Result<Option<Vec<u8>>> {
+    pub(crate) fn next_event(&mut self) -> io::Result<Option<Vec<u8>>> {
         let mut out = Vec::new();
         loop {
             if let Some(ev) = self.ready.pop_front() {
@@ -133,13 +133,13 @@ impl<R: Read> EventReader<R> {
 }
 
 /// Appends one `data:` frame for a JSON payload that contains no newline (serde_json never writes one).
-pub fn push_data_frame(out: &mut Vec<u8>, json: &[u8]) {
+pub(crate) fn push_data_frame(out: &mut Vec<u8>, json: &[u8]) {
     out.extend_from_slice(b"data: ");
     out.extend_from_slice(json);
     out.extend_from_slice(b"\n\n");
 }
 
-pub const HEARTBEAT: &[u8] = b": heartbeat\n\n";
+pub(crate) const HEARTBEAT: &[u8] = b": heartbeat\n\n";
 
 #[cfg(test)]
 mod tests {

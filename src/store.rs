@@ -19,60 +19,57 @@ use std::sync::Arc;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct ThreadDoc {
-    pub schema_version: u32,
-    pub thread_id: String,
-    pub context_id: String,
-    pub cwd: String,
-    pub user_id: Option<String>,
-    pub iac_code_session_id: Option<String>,
-    pub execution: Option<Execution>,
+pub(crate) struct ThreadDoc {
+    pub(crate) schema_version: u32,
+    pub(crate) thread_id: String,
+    pub(crate) context_id: String,
+    pub(crate) cwd: String,
+    pub(crate) user_id: Option<String>,
+    pub(crate) iac_code_session_id: Option<String>,
+    pub(crate) execution: Option<Execution>,
     #[serde(default)]
-    pub run_digests: RunDigests,
+    pub(crate) run_digests: RunDigests,
     #[serde(default)]
-    pub applied_resume_digests: Vec<AppliedDigest>,
+    pub(crate) applied_resume_digests: Vec<AppliedDigest>,
     #[serde(default)]
-    pub terminal_execution_ids: Vec<String>,
+    pub(crate) terminal_execution_ids: Vec<String>,
 }
 
 /// How many idempotency records a thread keeps: the newest ones, so the file stays small whatever
 /// the number of runs (a retry comes within seconds, not hundreds of runs later).
-pub const MAX_RUN_DIGESTS: usize = 256;
+pub(crate) const MAX_RUN_DIGESTS: usize = 256;
 
 /// How many ended executions a thread remembers (the cancel extension answers `already_terminal`
 /// for them, 404 for older ones; a client cancels within seconds of a run, not 64 runs later).
-pub const MAX_TERMINAL_EXECUTIONS: usize = 64;
+pub(crate) const MAX_TERMINAL_EXECUTIONS: usize = 64;
 
 /// `runDigests`: runId → request digest, the reference's JSON object, kept in insertion order (the
 /// object's key order in the file is that order) and pruned to the newest [`MAX_RUN_DIGESTS`].
 /// A file the reference wrote (keys sorted) loads too; its order is then simply the sorted one.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunDigests(Vec<(String, String)>);
+pub(crate) struct RunDigests(Vec<(String, String)>);
 
 impl RunDigests {
-    pub fn get(&self, run_id: &str) -> Option<&String> {
+    pub(crate) fn get(&self, run_id: &str) -> Option<&String> {
         self.0.iter().find(|(k, _)| k == run_id).map(|(_, v)| v)
     }
 
     /// Records (or refreshes) a run's digest as the newest, dropping the oldest beyond the cap.
-    pub fn insert(&mut self, run_id: String, digest: String) {
+    pub(crate) fn insert(&mut self, run_id: String, digest: String) {
         self.0.retain(|(k, _)| *k != run_id);
         self.0.push((run_id, digest));
         let excess = self.0.len().saturating_sub(MAX_RUN_DIGESTS);
         self.0.drain(..excess);
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
     /// The run admitted last on the thread (the run of its current execution, if any).
-    pub fn newest(&self) -> Option<&str> {
+    pub(crate) fn newest(&self) -> Option<&str> {
         self.0.last().map(|(k, _)| k.as_str())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
@@ -112,18 +109,18 @@ impl<'de> Deserialize<'de> for RunDigests {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct Execution {
-    pub execution_id: String,
-    pub ros_invocation_id: String,
-    pub task_id: Option<String>,
+pub(crate) struct Execution {
+    pub(crate) execution_id: String,
+    pub(crate) ros_invocation_id: String,
+    pub(crate) task_id: Option<String>,
     #[serde(default)]
-    pub pending: BTreeMap<String, Pending>,
+    pub(crate) pending: BTreeMap<String, Pending>,
     #[serde(default)]
-    pub pipeline_open_steps: Vec<String>,
+    pub(crate) pipeline_open_steps: Vec<String>,
     #[serde(default)]
-    pub pipeline_sequence: u64,
+    pub(crate) pipeline_sequence: u64,
     #[serde(default)]
-    pub text_snapshot_digests: Vec<String>,
+    pub(crate) text_snapshot_digests: Vec<String>,
     /// The client's `runMode` on the turn that started the execution, sent again with every
     /// answer (the kernel decides the mode per message: `iac_code/a2a/request_mode.py`).
     /// `Some(None)`: the client gave none; `None`: not recorded (a file the reference wrote,
@@ -133,14 +130,14 @@ pub struct Execution {
         deserialize_with = "recorded",
         skip_serializing_if = "Option::is_none"
     )]
-    pub run_mode: Option<Option<String>>,
+    pub(crate) run_mode: Option<Option<String>>,
     /// The client's `pipelineName`, recorded like `run_mode`.
     #[serde(
         default,
         deserialize_with = "recorded",
         skip_serializing_if = "Option::is_none"
     )]
-    pub pipeline_name: Option<Option<String>>,
+    pub(crate) pipeline_name: Option<Option<String>>,
 }
 
 /// A key that is present (even `null`) is recorded; an absent one stays `None` (serde's default).
@@ -152,26 +149,26 @@ fn recorded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Stri
 /// expires.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct Pending {
-    pub value: Value,
+pub(crate) struct Pending {
+    pub(crate) value: Value,
     #[serde(default)]
-    pub sideband: bool,
+    pub(crate) sideband: bool,
     #[serde(default)]
-    pub expires_at: Option<String>,
+    pub(crate) expires_at: Option<String>,
     #[serde(default)]
-    pub expires_at_ms: Option<u64>,
+    pub(crate) expires_at_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct AppliedDigest {
-    pub digest: String,
-    pub execution_id: String,
-    pub interrupt_id: String,
+pub(crate) struct AppliedDigest {
+    pub(crate) digest: String,
+    pub(crate) execution_id: String,
+    pub(crate) interrupt_id: String,
 }
 
 impl ThreadDoc {
-    pub fn new(thread_id: &str, cwd: &str, user_id: Option<&str>) -> ThreadDoc {
+    pub(crate) fn new(thread_id: &str, cwd: &str, user_id: Option<&str>) -> ThreadDoc {
         ThreadDoc {
             schema_version: 1,
             thread_id: thread_id.to_string(),
@@ -186,14 +183,14 @@ impl ThreadDoc {
         }
     }
 
-    pub fn is_terminal(&self, execution_id: &str) -> bool {
+    pub(crate) fn is_terminal(&self, execution_id: &str) -> bool {
         self.terminal_execution_ids
             .iter()
             .any(|e| e == execution_id)
     }
 
     /// Ends the current execution: no pending inputs, no live task, its id remembered as terminal.
-    pub fn mark_terminal(&mut self) {
+    pub(crate) fn mark_terminal(&mut self) {
         if let Some(exec) = &mut self.execution {
             exec.pending.clear();
             exec.task_id = None;
@@ -219,23 +216,23 @@ impl ThreadDoc {
             .retain(|a| Some(a.execution_id.as_str()) == current || kept.contains(&a.execution_id));
     }
 
-    pub fn pending_count(&self) -> usize {
+    pub(crate) fn pending_count(&self) -> usize {
         self.execution.as_ref().map_or(0, |e| e.pending.len())
     }
 }
 
 /// A run in progress on a thread (at most one).
-pub struct ActiveRun {
-    pub execution_id: String,
-    pub task_id: Mutex<Option<String>>,
+pub(crate) struct ActiveRun {
+    pub(crate) execution_id: String,
+    pub(crate) task_id: Mutex<Option<String>>,
     /// Set by the cancel extension; the run ends with `RUN_ERROR CANCELLED`.
-    pub cancelled: AtomicBool,
+    pub(crate) cancelled: AtomicBool,
     /// Set once `CancelTask` was sent, so a disconnect and an error do not both send it.
-    pub cancel_sent: AtomicBool,
+    pub(crate) cancel_sent: AtomicBool,
 }
 
 impl ActiveRun {
-    pub fn new(execution_id: &str, task_id: Option<String>) -> Arc<ActiveRun> {
+    pub(crate) fn new(execution_id: &str, task_id: Option<String>) -> Arc<ActiveRun> {
         Arc::new(ActiveRun {
             execution_id: execution_id.to_string(),
             task_id: Mutex::new(task_id),
@@ -244,14 +241,14 @@ impl ActiveRun {
         })
     }
 
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
     }
 }
 
 #[derive(Default)]
-pub struct Slot {
-    pub active: Option<Arc<ActiveRun>>,
+pub(crate) struct Slot {
+    pub(crate) active: Option<Arc<ActiveRun>>,
 }
 
 /// Modes of the state directories and files: they hold thread bindings (which user and workspace
@@ -275,13 +272,13 @@ impl Store {
         }
     }
 
-    pub fn path_of(&self, thread_id: &str) -> PathBuf {
+    pub(crate) fn path_of(&self, thread_id: &str) -> PathBuf {
         self.dir
             .join(format!("{}.json", ids::thread_key(thread_id)))
     }
 
     /// The thread's mutex. Hold it for every read-modify-write of the thread.
-    pub fn slot(&self, thread_id: &str) -> Arc<Mutex<Slot>> {
+    pub(crate) fn slot(&self, thread_id: &str) -> Arc<Mutex<Slot>> {
         self.slots
             .lock()
             .entry(thread_id.to_string())
@@ -291,7 +288,7 @@ impl Store {
 
     /// Forgets an idle slot so the map only holds threads in use. Safe because a slot is only handed
     /// out under the map lock: if nobody else holds it now, nobody can.
-    pub fn release(&self, thread_id: &str) {
+    pub(crate) fn release(&self, thread_id: &str) {
         let mut slots = self.slots.lock();
         if let Some(slot) = slots.get(thread_id) {
             if Arc::strong_count(slot) == 1 && slot.lock().active.is_none() {
@@ -309,7 +306,7 @@ impl Store {
     }
 
     /// Reads a thread's document; `Ok(None)` when the thread is new.
-    pub fn load(&self, thread_id: &str) -> Result<Option<ThreadDoc>, Error> {
+    pub(crate) fn load(&self, thread_id: &str) -> Result<Option<ThreadDoc>, Error> {
         let path = self.path_of(thread_id);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -334,7 +331,7 @@ impl Store {
     }
 
     /// Atomically replaces a thread's document.
-    pub fn save(&self, doc: &ThreadDoc) -> Result<(), Error> {
+    pub(crate) fn save(&self, doc: &ThreadDoc) -> Result<(), Error> {
         let path = self.path_of(&doc.thread_id);
         let bytes = serde_json::to_vec_pretty(doc).map_err(|_| Msg::StateEncodeFailed.err())?;
         let write = || -> std::io::Result<()> {

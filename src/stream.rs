@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 type CloseHook = Box<dyn FnOnce() + Send>;
 
 /// One SSE response: chunk-encoded for HTTP/1.1, close-delimited for HTTP/1.0.
-pub struct SseStream {
+pub(crate) struct SseStream {
     inner: Mutex<Inner>,
     closed: AtomicBool,
     on_close: Mutex<Option<CloseHook>>,
@@ -61,18 +61,10 @@ X-Accel-Buffering: no\r\n\
 Connection: close\r\n\r\n";
 
 impl SseStream {
-    /// Takes over an admitted request's connection and writes the response head: chunked for
-    /// HTTP/1.1, close-delimited for HTTP/1.0. A client that accepts no bytes for `write_timeout`
-    /// is dropped.
-    pub fn open(
-        req: tiny_http::Request,
-        write_timeout: Duration,
-    ) -> std::io::Result<Arc<SseStream>> {
-        SseStream::open_with(req, write_timeout, "")
-    }
-
-    /// [`SseStream::open`] with `extra` header lines (each ending in CRLF) in the head.
-    pub fn open_with(
+    /// Takes over an admitted request's connection and writes the response head, with `extra`
+    /// header lines (each ending in CRLF): chunked for HTTP/1.1, close-delimited for HTTP/1.0. A
+    /// client that accepts no bytes for `write_timeout` is dropped.
+    pub(crate) fn open_with(
         req: tiny_http::Request,
         write_timeout: Duration,
         extra: &str,
@@ -88,7 +80,8 @@ impl SseStream {
     }
 
     /// A chunked stream on a plain writer (no socket: no peeking, heartbeats may block).
-    pub fn start(writer: Box<dyn Write + Send>) -> std::io::Result<Arc<SseStream>> {
+    #[cfg(test)]
+    pub(crate) fn start(writer: Box<dyn Write + Send>) -> std::io::Result<Arc<SseStream>> {
         SseStream::with(writer, None, true, Duration::from_secs(60), "")
     }
 
@@ -128,12 +121,12 @@ impl SseStream {
         }))
     }
 
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
 
     /// Runs `hook` once when the client is found gone (immediately if it already is).
-    pub fn on_close(&self, hook: CloseHook) {
+    pub(crate) fn on_close(&self, hook: CloseHook) {
         if self.is_closed() {
             hook();
             return;
@@ -147,7 +140,7 @@ impl SseStream {
     }
 
     /// Drops the close hook (the run no longer needs cancelling on disconnect).
-    pub fn clear_on_close(&self) {
+    pub(crate) fn clear_on_close(&self) {
         self.on_close.lock().take();
     }
 
@@ -166,7 +159,7 @@ impl SseStream {
     }
 
     /// Sends events as one chunk with one flush. `false`: the client is gone.
-    pub fn send(&self, events: &[serde_json::Value]) -> bool {
+    pub(crate) fn send(&self, events: &[serde_json::Value]) -> bool {
         if events.is_empty() {
             return !self.is_closed();
         }
@@ -228,7 +221,7 @@ impl SseStream {
 
     /// One heartbeat-thread visit: notices a client that closed its end, writes a heartbeat if
     /// nothing was written for `interval`, never blocks. `false`: the client is gone.
-    pub fn heartbeat_if_idle(&self, interval: Duration) -> bool {
+    pub(crate) fn heartbeat_if_idle(&self, interval: Duration) -> bool {
         if self.is_closed() {
             return false;
         }
@@ -332,7 +325,7 @@ impl SseStream {
     /// Ends the body: the last chunk for HTTP/1.1 (the connection may then serve the next
     /// request, so nothing, no heartbeat either, may be written after this), the connection's
     /// end for HTTP/1.0.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.clear_on_close();
         let mut inner = self.inner.lock();
         if !self.closed.swap(true, Ordering::SeqCst) {
@@ -355,7 +348,7 @@ impl SseStream {
     /// Shutdown: `events` then the end of the body, in one go, unless the run thread holds the
     /// stream beyond `within` (a client not reading); then the connection is just shut. Whatever
     /// the run thread writes afterwards is dropped.
-    pub fn abort(&self, events: &[serde_json::Value], within: Duration) {
+    pub(crate) fn abort(&self, events: &[serde_json::Value], within: Duration) {
         if let Some(s) = &self.socket {
             let _ = s.set_write_timeout(Some(within.max(Duration::from_millis(1))));
         }
@@ -450,7 +443,7 @@ impl Heartbeats {
         hb
     }
 
-    pub fn register(&self, stream: &Arc<SseStream>) {
+    pub(crate) fn register(&self, stream: &Arc<SseStream>) {
         self.streams.lock().push(Arc::downgrade(stream));
     }
 }

@@ -56,9 +56,9 @@ pub struct RunIds {
 /// Pipeline facts that outlive a run (persisted in the thread's state file).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Durable {
-    pub pipeline_sequence: u64,
-    pub open_steps: BTreeSet<String>,
-    pub text_digests: BTreeSet<String>,
+    pub(crate) pipeline_sequence: u64,
+    pub(crate) open_steps: BTreeSet<String>,
+    pub(crate) text_digests: BTreeSet<String>,
 }
 
 /// The state of one run's projection: the run's ids, the clock, and one small machine per concern.

@@ -20,7 +20,7 @@ pub enum End {
 
 impl End {
     /// The error code a failed run ends with.
-    pub fn code(&self) -> Option<Code> {
+    pub(crate) fn code(&self) -> Option<Code> {
         match self {
             End::Failed(e) => Some(e.code),
             _ => None,

@@ -83,6 +83,7 @@ fn end_after_panic(ids: RunIds, lang: Lang, stream: &SseStream) {
 }
 
 /// When a projected item's events go to the client.
+#[derive(Clone, Copy)]
 enum Write {
     Now,
     /// With the next item's, which is already buffered upstream.
@@ -181,6 +182,39 @@ impl<'a> Run<'a> {
         self.stream.finish();
     }
 
+    /// The request's `forwardedProps.iacCode` as the A2A client sends it, in the run's language.
+    fn turn_options(&self) -> a2a::TurnOptions<'_> {
+        let iac = &self.input.iac;
+        let thinking = iac.thinking.as_ref();
+        let cloud = iac.alibaba_cloud.as_ref();
+        a2a::TurnOptions {
+            cwd: &iac.cwd,
+            ros_invocation_id: &iac.ros_invocation_id,
+            preferred_language: Some(&self.lang_tag),
+            cleanup_only: iac.cleanup_only.unwrap_or(false),
+            user_id: iac.user_id.as_deref(),
+            channel: iac.channel.as_deref(),
+            model: iac.model.as_deref(),
+            llm_api_key: iac.llm_api_key.as_deref(),
+            candidate_presentation: iac.candidate_presentation.as_deref(),
+            mode: a2a::RunMode {
+                run_mode: iac.run_mode.as_deref(),
+                pipeline_name: iac.pipeline_name.as_deref(),
+            },
+            thinking: a2a::Thinking {
+                enabled: thinking.and_then(|t| t.enabled),
+                effort: thinking.and_then(|t| t.effort.as_deref()),
+                budget: thinking.and_then(|t| t.budget),
+            },
+            cloud: a2a::CloudCredentials {
+                access_key_id: cloud.and_then(|c| c.access_key_id.as_deref()),
+                access_key_secret: cloud.and_then(|c| c.access_key_secret.as_deref()),
+                security_token: cloud.and_then(|c| c.security_token.as_deref()),
+                region_id: cloud.and_then(|c| c.region_id.as_deref()),
+            },
+        }
+    }
+
     /// Sends the user's message and reads the task to its next end.
     fn new_turn(&mut self, message: &UserMessage) -> End {
         if self.app.runs.stopping() {
@@ -190,12 +224,11 @@ impl<'a> Run<'a> {
             &message.id,
             &message.parts,
             &self.doc.context_id,
-            &self.input.iac,
-            Some(&self.lang_tag),
+            &self.turn_options(),
             Turn::New,
         );
         self.cancel_on_disconnect();
-        let mut upstream = match self.app.a2a.send_streaming(message) {
+        let mut upstream = match self.app.a2a.send_streaming(&message) {
             Ok(s) => s,
             Err(e) => return self.terminal(End::Failed(e)),
         };

@@ -235,7 +235,7 @@ impl Run<'_> {
                 self.input.run_id, answered.entry.interrupt_id
             );
             let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
-            let (mut upstream, first) = match self.send_answer(&answered, message) {
+            let (mut upstream, first) = match self.send_answer(&answered, &message) {
                 Continue(accepted) => accepted,
                 Break(end) => return end,
             };
@@ -269,7 +269,7 @@ impl Run<'_> {
             };
             let message_id = format!("agui-resume-{}", answered.entry.interrupt_id);
             let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
-            match self.app.a2a.send_message(message) {
+            match self.app.a2a.send_message(&message) {
                 Ok(Rpc::Result(_)) => {}
                 Ok(Rpc::Error { message, .. }) => {
                     log::warn!("the A2A service refused the answer: {message}");
@@ -373,7 +373,7 @@ impl Run<'_> {
         task_id: &str,
         extra: Option<Value>,
     ) -> Value {
-        let iac = &self.input.iac;
+        let options = self.turn_options();
         let exec = self
             .doc
             .execution
@@ -383,11 +383,11 @@ impl Run<'_> {
         // request's own, as the reference sends it.
         let run_mode = match &exec.run_mode {
             Some(m) => m.as_deref(),
-            None => iac.run_mode.as_deref(),
+            None => options.mode.run_mode,
         };
         let pipeline_name = match &exec.pipeline_name {
             Some(m) => m.as_deref(),
-            None => iac.pipeline_name.as_deref(),
+            None => options.mode.pipeline_name,
         };
         let turn = Turn::Answer {
             task_id,
@@ -398,7 +398,7 @@ impl Run<'_> {
             },
         };
         let context = &self.doc.context_id;
-        a2a::user_message(message_id, parts, context, iac, Some(&self.lang_tag), turn)
+        a2a::user_message(message_id, parts, context, &options, turn)
     }
 
     /// Sends one answer and waits for the kernel's first item, which means it was accepted: from
@@ -406,7 +406,7 @@ impl Run<'_> {
     fn send_answer(
         &mut self,
         answered: &Answered,
-        message: Value,
+        message: &Value,
     ) -> ControlFlow<End, (A2aStream, Value)> {
         let mut upstream = match self.app.a2a.send_streaming(message) {
             Ok(s) => s,
