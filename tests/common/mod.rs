@@ -194,7 +194,8 @@ impl Adapter {
             log: root.join("adapter.log"),
             args,
             envs,
-            port: free_port(),
+            port: 0, // chosen at the first start
+
             nofile: opts.nofile,
             auth_token: opts.auth_token,
         };
@@ -202,7 +203,7 @@ impl Adapter {
         a
     }
 
-    fn spawn(&mut self) {
+    fn command(&self) -> Command {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -210,7 +211,7 @@ impl Adapter {
             .unwrap();
         let mut cmd = Command::new(BIN);
         cmd.args(&self.args)
-            .args(["--port", &self.port.to_string(), "--debug"])
+            .arg("--debug")
             .envs(self.envs.iter().cloned())
             .env_remove("IAC_CODE_AGUI_AUTH_TOKEN")
             .stdout(log.try_clone().unwrap())
@@ -221,10 +222,53 @@ impl Adapter {
         if let Some(n) = self.nofile {
             raw::limit_nofile(&mut cmd, n);
         }
-        let child = cmd.spawn().expect("spawn adapter");
-        self.child = Some(child);
-        self.url = format!("http://127.0.0.1:{}", self.port);
-        wait_health(&self.url);
+        cmd
+    }
+
+    fn spawn(&mut self) {
+        // A port from `free_port()` can be taken by another test's adapter before ours binds it,
+        // and /health would then answer from the wrong process: each start waits for its own
+        // "listening on" line, and a first start that lost the race tries a fresh port.
+        let first_start = self.port == 0;
+        for _ in 0..5 {
+            if first_start {
+                self.port = free_port();
+            }
+            let logged_before = std::fs::metadata(&self.log).map_or(0, |m| m.len() as usize);
+            let mut cmd = self.command();
+            cmd.args(["--port", &self.port.to_string()]);
+            self.child = Some(cmd.spawn().expect("spawn adapter"));
+            match self.wait_listening(logged_before) {
+                Listening::Yes => {
+                    self.url = format!("http://127.0.0.1:{}", self.port);
+                    wait_health(&self.url);
+                    return;
+                }
+                Listening::PortTaken if first_start => continue,
+                Listening::PortTaken => panic!("port {} was taken during a restart", self.port),
+            }
+        }
+        panic!("five free ports in a row were taken before the adapter bound them");
+    }
+
+    /// Waits for this start's "listening on" line, written after byte `from` of the log.
+    fn wait_listening(&mut self, from: usize) -> Listening {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let log = std::fs::read(&self.log).unwrap_or_default();
+            let new = String::from_utf8_lossy(log.get(from..).unwrap_or_default()).into_owned();
+            if new.contains("listening on http://") {
+                return Listening::Yes;
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                if new.contains("in use") {
+                    return Listening::PortTaken;
+                }
+                panic!("the adapter exited ({status}) before listening:\n{new}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the adapter did not log \"listening on\" within 10 s");
     }
 
     /// SIGKILL: no clean-up runs.
@@ -638,4 +682,9 @@ pub fn without_ids(events: &[Value], task: &str) -> Vec<Value> {
             e
         })
         .collect()
+}
+
+enum Listening {
+    Yes,
+    PortTaken,
 }
