@@ -409,12 +409,12 @@ impl A2aClient {
 }
 
 /// One `SendStreamingMessage` reply.
-pub(crate) enum A2aStream {
-    Sse(Box<EventReader<ureq::BodyReader<'static>>>),
+pub(crate) enum A2aStream<R = ureq::BodyReader<'static>> {
+    Sse(Box<EventReader<R>>),
     One(Option<Value>),
 }
 
-impl A2aStream {
+impl<R: std::io::Read> A2aStream<R> {
     /// Whether the next result is already buffered (the caller may batch its output).
     pub(crate) fn has_buffered(&self) -> bool {
         match self {

@@ -58,6 +58,8 @@ pub mod a2a;
 pub mod app;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
+pub mod hotpath;
 pub mod http;
 pub(crate) mod ids;
 pub mod input;
