@@ -5,6 +5,7 @@
 //! (`A2A_PROTOCOL_ERROR`), or it refuses or fails the execution (`A2A_EXECUTION_FAILED`).
 
 use crate::error::{Error, Msg};
+use crate::frame::Item;
 use crate::sse::EventReader;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -297,11 +298,12 @@ impl A2aClient {
                 .limit(1024 * 1024)
                 .read_to_string()
                 .map_err(transport)?;
-            return Ok(A2aStream::One(Some(parse_rpc(text.as_bytes())?)));
+            return Ok(A2aStream::One(
+                Some(parse_rpc(text.as_bytes())?),
+                String::new(),
+            ));
         }
-        Ok(A2aStream::Sse(Box::new(EventReader::new(
-            body.into_reader(),
-        ))))
+        Ok(A2aStream::new(body.into_reader()))
     }
 
     /// A non-streaming JSON-RPC call.
@@ -410,38 +412,72 @@ impl A2aClient {
 
 /// One `SendStreamingMessage` reply.
 pub(crate) enum A2aStream<R = ureq::BodyReader<'static>> {
-    Sse(Box<EventReader<R>>),
-    One(Option<Value>),
+    /// The events, and room for a result that had to be read the slow way.
+    Sse(Box<EventReader<R>>, String),
+    /// A one-shot result, and room for its text.
+    One(Option<Value>, String),
+}
+
+/// One result, viewed, and whether the next one is already buffered (the caller may batch its
+/// output).
+pub(crate) struct Next<'a> {
+    pub(crate) item: Item<'a>,
+    pub(crate) buffered: bool,
 }
 
 impl<R: std::io::Read> A2aStream<R> {
+    pub(crate) fn new(reader: R) -> A2aStream<R> {
+        A2aStream::Sse(Box::new(EventReader::new(reader)), String::new())
+    }
+
     /// Whether the next result is already buffered (the caller may batch its output).
     pub(crate) fn has_buffered(&self) -> bool {
         match self {
-            A2aStream::One(v) => v.is_some(),
-            A2aStream::Sse(events) => events.has_ready(),
+            A2aStream::One(v, _) => v.is_some(),
+            A2aStream::Sse(events, _) => events.has_ready(),
         }
     }
 
     /// The next JSON-RPC `result`, `Ok(None)` at the end of the stream.
     pub(crate) fn next_result(&mut self) -> Result<Option<Value>, Error> {
         match self {
-            A2aStream::One(v) => Ok(v.take()),
-            A2aStream::Sse(events) => loop {
-                let data = match events.next_event() {
-                    Ok(Some(d)) => d,
-                    Ok(None) => return Ok(None),
-                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                        return Err(Msg::SseEventTooLarge.err())
-                    }
-                    Err(e) => return Err(transport_io(&e)),
-                };
-                if data.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                return parse_rpc(&data).map(Some);
+            A2aStream::One(v, _) => Ok(v.take()),
+            A2aStream::Sse(events, _) => match events.next_data().map_err(|e| read_error(&e))? {
+                Some((data, _)) => parse_rpc(data).map(Some),
+                None => Ok(None),
             },
         }
+    }
+
+    /// The next `result`, viewed in place (the run's hot path); `Ok(None)` at the end.
+    pub(crate) fn next_view(&mut self) -> Result<Option<Next<'_>>, Error> {
+        let (result, text, buffered) = match self {
+            A2aStream::One(v, text) => match v.take() {
+                Some(v) => (v, text, false),
+                None => return Ok(None),
+            },
+            A2aStream::Sse(events, text) => {
+                let Some((data, buffered)) = events.next_data().map_err(|e| read_error(&e))? else {
+                    return Ok(None);
+                };
+                if let Some(item) = Item::of_frame(data) {
+                    return Ok(Some(Next { item, buffered }));
+                }
+                // Not a plain result (or a shape the view refuses, such as a repeated key): the
+                // `Value` reading decides, exactly as before.
+                (parse_rpc(data)?, text, buffered)
+            }
+        };
+        *text = result.to_string();
+        let item = Item::of_result(text).map_err(|_| Msg::StreamNotJson.err())?;
+        Ok(Some(Next { item, buffered }))
+    }
+}
+
+fn read_error(e: &std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::InvalidData => Msg::SseEventTooLarge.err(),
+        _ => transport_io(e),
     }
 }
 

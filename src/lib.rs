@@ -58,6 +58,7 @@ pub mod a2a;
 pub mod app;
 pub mod config;
 pub mod error;
+pub(crate) mod frame;
 #[doc(hidden)]
 pub mod hotpath;
 pub mod http;

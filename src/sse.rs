@@ -17,6 +17,8 @@ pub struct Parser {
     data: Vec<u8>,
     has_data: bool,
     after_cr: bool,
+    /// Emptied buffers of events the reader is done with.
+    spare: Vec<Vec<u8>>,
 }
 
 impl Parser {
@@ -25,33 +27,48 @@ impl Parser {
     }
 
     /// Feeds `bytes`, pushing each complete event's data onto `out`.
-    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<Vec<u8>>) -> io::Result<()> {
-        for &b in bytes {
-            match b {
-                b'\n' if self.after_cr => self.after_cr = false,
-                b'\n' | b'\r' => {
-                    self.after_cr = b == b'\r';
-                    self.end_line(out);
-                }
-                _ => {
-                    self.after_cr = false;
-                    if self.line.len() + self.data.len() >= MAX_EVENT_BYTES {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "SSE event too large",
-                        ));
-                    }
-                    self.line.push(b);
-                }
+    pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<Vec<u8>>) -> io::Result<()> {
+        while let Some(&first) = bytes.first() {
+            if self.after_cr && first == b'\n' {
+                self.after_cr = false;
+                bytes = &bytes[1..];
+                continue;
             }
+            let end = bytes.iter().position(|&b| b == b'\n' || b == b'\r');
+            let part = &bytes[..end.unwrap_or(bytes.len())];
+            if !part.is_empty() {
+                if self.line.len() + self.data.len() + part.len() > MAX_EVENT_BYTES {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "SSE event too large",
+                    ));
+                }
+                self.line.extend_from_slice(part);
+                self.after_cr = false;
+            }
+            let Some(i) = end else {
+                return Ok(());
+            };
+            self.after_cr = bytes[i] == b'\r';
+            self.end_line(out);
+            bytes = &bytes[i + 1..];
         }
         Ok(())
+    }
+
+    /// Gives a dispatched event's buffer back, to hold a later event without an allocation.
+    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.spare.len() < 64 {
+            buf.clear();
+            self.spare.push(buf);
+        }
     }
 
     fn end_line(&mut self, out: &mut Vec<Vec<u8>>) {
         if self.line.is_empty() {
             if self.has_data {
-                out.push(std::mem::take(&mut self.data));
+                let next = self.spare.pop().unwrap_or_default();
+                out.push(std::mem::replace(&mut self.data, next));
                 self.has_data = false;
             }
             return;
@@ -87,6 +104,9 @@ pub(crate) struct EventReader<R> {
     inner: R,
     parser: Parser,
     ready: std::collections::VecDeque<Vec<u8>>,
+    /// The event last handed out (borrowed by the caller until the next call).
+    current: Vec<u8>,
+    dispatched: Vec<Vec<u8>>,
     buf: Box<[u8]>,
     eof: bool,
 }
@@ -97,6 +117,8 @@ impl<R: Read> EventReader<R> {
             inner,
             parser: Parser::new(),
             ready: Default::default(),
+            current: Vec::new(),
+            dispatched: Vec::new(),
             buf: vec![0; 16 * 1024].into_boxed_slice(),
             eof: false,
         }
@@ -108,11 +130,24 @@ impl<R: Read> EventReader<R> {
     }
 
     /// The next event's data, or `None` at the end of the stream.
+    #[cfg(test)]
     pub(crate) fn next_event(&mut self) -> io::Result<Option<Vec<u8>>> {
-        let mut out = Vec::new();
+        Ok(self.next_data()?.map(|(d, _)| d.to_vec()))
+    }
+
+    /// The next event's data that is not blank, borrowed until the next call, and whether another
+    /// event is ready after it; `None` at the end of the stream. The buffers go round (parser →
+    /// queue → caller → parser), so a steady stream allocates nothing per event.
+    pub(crate) fn next_data(&mut self) -> io::Result<Option<(&[u8], bool)>> {
         loop {
             if let Some(ev) = self.ready.pop_front() {
-                return Ok(Some(ev));
+                if ev.iter().all(u8::is_ascii_whitespace) {
+                    self.parser.recycle(ev);
+                    continue;
+                }
+                let done = std::mem::replace(&mut self.current, ev);
+                self.parser.recycle(done);
+                return Ok(Some((&self.current, !self.ready.is_empty())));
             }
             if self.eof {
                 return Ok(None);
@@ -126,8 +161,8 @@ impl<R: Read> EventReader<R> {
                 self.eof = true;
                 continue;
             }
-            self.parser.feed(&self.buf[..n], &mut out)?;
-            self.ready.extend(out.drain(..));
+            self.parser.feed(&self.buf[..n], &mut self.dispatched)?;
+            self.ready.extend(self.dispatched.drain(..));
         }
     }
 }
@@ -191,6 +226,13 @@ mod tests {
 
     #[test]
     fn unterminated_event_at_eof_is_dropped() {
+        let mut r = EventReader::new(&b"data: 1\n\ndata\n\ndata:  \n\ndata: 2\n\n"[..]);
+        assert_eq!(r.next_data().unwrap(), Some((&b"1"[..], true)));
+        assert_eq!(
+            r.next_data().unwrap(),
+            Some((&b"2"[..], false)),
+            "blank events are skipped"
+        );
         let mut r = EventReader::new(&b"data: 1\n\ndata: 2"[..]);
         assert_eq!(r.next_event().unwrap(), Some(b"1".to_vec()));
         assert_eq!(r.next_event().unwrap(), None);

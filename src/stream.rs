@@ -11,6 +11,7 @@
 //! (that write has the socket's write timeout), and its own writes never block (`MSG_DONTWAIT`;
 //! what the socket does not take is kept and sent before anything else).
 
+use crate::projection::Serialized;
 use crate::sse;
 use crossbeam_channel::{select, tick, Receiver};
 use parking_lot::Mutex;
@@ -159,18 +160,22 @@ impl SseStream {
     }
 
     /// Sends events as one chunk with one flush. `false`: the client is gone.
-    pub(crate) fn send(&self, events: &[serde_json::Value]) -> bool {
-        if events.is_empty() {
+    pub(crate) fn send(&self, events: &(impl Serialized + ?Sized)) -> bool {
+        if events.count() == 0 {
             return !self.is_closed();
         }
-        let mut body = Vec::with_capacity(256 * events.len());
-        for ev in events {
-            let json = serde_json::to_vec(ev).unwrap_or_default();
-            sse::push_data_frame(&mut body, &json);
-        }
-        let ok = self.write_chunk(&body);
+        // One body buffer per run thread, kept: a steady stream allocates nothing per write.
+        thread_local!(static BODY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+        let ok = BODY.with_borrow_mut(|body| {
+            body.clear();
+            events.each_json(&mut |json| sse::push_data_frame(body, json));
+            let ok = self.write_chunk(body);
+            body.clear();
+            body.shrink_to(64 * 1024);
+            ok
+        });
         if ok {
-            crate::metrics::events_sent(events.len());
+            crate::metrics::events_sent(events.count());
         }
         ok
     }
@@ -178,7 +183,7 @@ impl SseStream {
     fn frame_into(&self, frame: &mut Vec<u8>, body: &[u8]) {
         frame.clear();
         if self.chunked {
-            frame.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
+            let _ = write!(frame, "{:x}\r\n", body.len());
             frame.extend_from_slice(body);
             frame.extend_from_slice(b"\r\n");
         } else {

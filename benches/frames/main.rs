@@ -17,8 +17,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 struct Counting;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
+static TRACE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+thread_local!(static IN_TRACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+
+/// `FRAMES_TRACE=1`: prints where the first steady-state allocations come from (debug builds).
+fn trace() {
+    if TRACE.load(Ordering::Relaxed) && !IN_TRACE.with(|t| t.replace(true)) {
+        eprintln!("{}", std::backtrace::Backtrace::force_capture());
+        if ALLOCS.load(Ordering::Relaxed) > 0 {
+            TRACE.store(
+                ALLOCS.load(Ordering::Relaxed) % 1000 != 0,
+                Ordering::Relaxed,
+            );
+        }
+        IN_TRACE.with(|t| t.set(false));
+    }
+}
+
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        trace();
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         System.alloc(l)
     }
@@ -100,6 +118,13 @@ fn pass(bytes: &[u8], warm_frames: usize) -> Pass {
         bytes_out += relay.body.len();
         if frames == warm_frames {
             allocs_at_warm = ALLOCS.load(Ordering::Relaxed);
+            TRACE.store(
+                std::env::var_os("FRAMES_TRACE").is_some(),
+                Ordering::Relaxed,
+            );
+        }
+        if frames == warm_frames + 3 {
+            TRACE.store(false, Ordering::Relaxed);
         }
     }
     let cpu_ns = thread_cpu_ns() - started;

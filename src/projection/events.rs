@@ -1,16 +1,143 @@
-//! AG-UI events as JSON objects, each stamped with the projection's clock.
+//! AG-UI events, each stamped with the projection's clock, written where the caller wants them:
+//! serialised straight into a run's frame buffer ([`Events`]), or as JSON values (tests,
+//! observers). The per-item text events are written field by field, never built as a `Value`.
 
 use serde_json::{json, Map, Value};
 
-/// Where the projection writes: the caller's event list, and the clock that stamps each event.
+/// Serialised events, back to back, for one write to the client: no `Value` and, once the
+/// buffers have grown, no allocation per event.
+#[derive(Default)]
+pub struct Events {
+    json: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Events {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Forgets the events, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.json.clear();
+        self.ends.clear();
+    }
+
+    /// Each event's JSON (one object, no newline).
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(self.ends.iter()).map(|(s, &e)| &self.json[s..e])
+    }
+
+    /// The events as values (tests).
+    pub fn values(&self) -> Vec<Value> {
+        self.iter()
+            .map(|j| serde_json::from_slice(j).unwrap_or_default())
+            .collect()
+    }
+}
+
+/// Events ready to be framed for the client, one JSON object each.
+pub trait Serialized {
+    fn count(&self) -> usize;
+    /// Calls `f` with each event's JSON, in order.
+    fn each_json(&self, f: &mut dyn FnMut(&[u8]));
+}
+
+impl Serialized for Events {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn each_json(&self, f: &mut dyn FnMut(&[u8])) {
+        self.iter().for_each(f)
+    }
+}
+
+impl Serialized for [Value] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn each_json(&self, f: &mut dyn FnMut(&[u8])) {
+        for ev in self {
+            f(&serde_json::to_vec(ev).unwrap_or_default());
+        }
+    }
+}
+
+impl Serialized for Vec<Value> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn each_json(&self, f: &mut dyn FnMut(&[u8])) {
+        self.as_slice().each_json(f)
+    }
+}
+
+impl<const N: usize> Serialized for [Value; N] {
+    fn count(&self) -> usize {
+        N
+    }
+    fn each_json(&self, f: &mut dyn FnMut(&[u8])) {
+        self.as_slice().each_json(f)
+    }
+}
+
+/// Where projected events can go: a run's [`Events`] or a list of values.
+pub trait EventSink {
+    #[doc(hidden)]
+    fn target(&mut self) -> Target<'_>;
+}
+
+#[doc(hidden)]
+pub enum Target<'a> {
+    Frames(&'a mut Events),
+    Values(&'a mut Vec<Value>),
+}
+
+impl EventSink for Events {
+    fn target(&mut self) -> Target<'_> {
+        Target::Frames(self)
+    }
+}
+
+impl EventSink for Vec<Value> {
+    fn target(&mut self) -> Target<'_> {
+        Target::Values(self)
+    }
+}
+
+/// The events of a hot path, written without a `Value`.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Delta {
+    Text,
+    Reasoning,
+}
+
+impl Delta {
+    fn event_type(self) -> &'static str {
+        match self {
+            Delta::Text => "TEXT_MESSAGE_CONTENT",
+            Delta::Reasoning => "REASONING_MESSAGE_CONTENT",
+        }
+    }
+}
+
+/// Where the projection writes: the caller's sink, and the clock that stamps each event.
 pub(super) struct Out<'a> {
-    events: &'a mut Vec<Value>,
+    target: Target<'a>,
     clock: fn() -> u64,
 }
 
 impl<'a> Out<'a> {
-    pub(super) fn new(events: &'a mut Vec<Value>, clock: fn() -> u64) -> Out<'a> {
-        Out { events, clock }
+    pub(super) fn new(events: &'a mut (impl EventSink + ?Sized), clock: fn() -> u64) -> Out<'a> {
+        Out {
+            target: events.target(),
+            clock,
+        }
     }
 
     /// Appends an event of type `kind`: the `fields` object plus `type` and `timestamp`.
@@ -21,7 +148,38 @@ impl<'a> Out<'a> {
         };
         event.insert("type".into(), Value::String(kind.into()));
         event.insert("timestamp".into(), json!((self.clock)()));
-        self.events.push(Value::Object(event));
+        let event = Value::Object(event);
+        match &mut self.target {
+            Target::Values(v) => v.push(event),
+            Target::Frames(f) => {
+                let _ = serde_json::to_writer(&mut f.json, &event);
+                f.ends.push(f.json.len());
+            }
+        }
+    }
+
+    /// `TEXT_MESSAGE_CONTENT` or `REASONING_MESSAGE_CONTENT`, with the keys in the order a `Value`
+    /// writes them (sorted), so the bytes are the same either way.
+    pub(super) fn delta(&mut self, kind: Delta, message_id: &str, delta: &str) {
+        if let Target::Values(_) = self.target {
+            let fields = json!({"messageId": message_id, "delta": delta});
+            return self.push(kind.event_type(), fields);
+        }
+        let ts = (self.clock)();
+        let Target::Frames(f) = &mut self.target else {
+            return;
+        };
+        let w = &mut f.json;
+        w.extend_from_slice(b"{\"delta\":");
+        let _ = serde_json::to_writer(&mut *w, delta);
+        w.extend_from_slice(b",\"messageId\":");
+        let _ = serde_json::to_writer(&mut *w, message_id);
+        w.extend_from_slice(b",\"timestamp\":");
+        let _ = serde_json::to_writer(&mut *w, &ts);
+        w.extend_from_slice(b",\"type\":\"");
+        w.extend_from_slice(kind.event_type().as_bytes());
+        w.extend_from_slice(b"\"}");
+        f.ends.push(w.len());
     }
 
     /// Appends a `CUSTOM` event.

@@ -23,13 +23,15 @@ mod steps;
 mod tools;
 mod usage;
 
+pub use events::{EventSink, Events, Serialized};
 pub(crate) use item::normalize_state;
 pub use outcome::End;
 
 use crate::a2a::incoming;
-use crate::error::{Error, Lang};
+use crate::error::{Error, Lang, Msg};
+use crate::frame::{Item, ItemKind, Message, Thinking};
 use events::{versioned, Custom, Out};
-use item::{end_of, message_text, open_waits, raw_thinking, ItemKind};
+use item::{end_of, message_text, open_waits};
 use pipeline::Dedup;
 use replay::Replay;
 use serde_json::{json, Map, Value};
@@ -76,6 +78,8 @@ pub struct Projection {
     /// The pipeline run in message ids: `pipeline-<threadId>` until a recovery snapshot names
     /// the kernel's (the reference's rule, `iac_code/agui/events.py`).
     pipeline_run_id: String,
+    /// `reasoning-<runId>`, the one reasoning message id of the run.
+    reasoning_id: String,
     /// Inputs of this execution answered already: a replay of one (in the stream or a task
     /// snapshot) is never a new interrupt.
     answered: HashSet<String>,
@@ -88,6 +92,7 @@ impl Projection {
     pub fn new(ids: RunIds, lang: Lang) -> Projection {
         Projection {
             pipeline_run_id: format!("pipeline-{}", ids.thread_id),
+            reasoning_id: format!("reasoning-{}", ids.run_id),
             answered: HashSet::new(),
             ids,
             lang,
@@ -134,7 +139,7 @@ impl Projection {
         &mut self,
         tool_call_id: &str,
         content: &str,
-        events: &mut Vec<Value>,
+        events: &mut impl EventSink,
     ) {
         let out = &mut Out::new(events, self.clock);
         self.tools.result(tool_call_id, content, out);
@@ -165,7 +170,7 @@ impl Projection {
     }
 
     /// `RUN_STARTED`, then (for a resumed run) the session mapping and the durable steps re-opened.
-    pub fn start(&mut self, events: &mut Vec<Value>) {
+    pub fn start(&mut self, events: &mut impl EventSink) {
         let out = &mut Out::new(events, self.clock);
         let mut fields = json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id});
         if let Some(parent) = &self.ids.parent_run_id {
@@ -182,13 +187,23 @@ impl Projection {
     pub fn on_item(
         &mut self,
         result: &Value,
-        events: &mut Vec<Value>,
+        events: &mut impl EventSink,
+    ) -> Result<Option<End>, Error> {
+        let text = result.to_string();
+        let item = Item::of_result(&text).map_err(|_| Msg::StreamNotJson.err())?;
+        self.on_view(&item, events)
+    }
+
+    /// [`on_item`](Self::on_item) for a result already viewed (the run's hot path).
+    pub(crate) fn on_view(
+        &mut self,
+        item: &Item,
+        events: &mut impl EventSink,
     ) -> Result<Option<End>, Error> {
         let out = &mut Out::new(events, self.clock);
-        let (kind, item) = ItemKind::of(result);
+        let (kind, head, iac) = (item.kind, &item.head, &item.iac);
         self.session
-            .check_identity(&self.ids.context_id, kind, item)?;
-        let iac = item.pointer(incoming::POINTER).unwrap_or(&NULL);
+            .check_identity(&self.ids.context_id, kind, head)?;
         self.session.learn(iac);
         if self.session.is_known() {
             self.announce(out);
@@ -196,24 +211,25 @@ impl Projection {
         match kind {
             ItemKind::ArtifactUpdate => {
                 self.announce(out);
-                self.artifact(item, out);
+                self.artifact(head.artifact, out);
                 return Ok(None);
             }
             ItemKind::Message => {
                 self.got_reply_message = true;
-                self.reply_message(item, out);
+                self.reply_message(head, out);
                 return Ok(None);
             }
             ItemKind::Task | ItemKind::StatusUpdate => {}
         }
         self.on_iac(iac, out);
-        let status = item.get("status").unwrap_or(&NULL);
-        if let Some(message) = status.get("message") {
-            self.status_message(message, iac, out);
+        let status = head.status.obj();
+        let message = status.map(|s| &s.message).filter(|m| m.is_present());
+        if let Some(message) = message {
+            self.status_message(message.obj(), iac.final_complete, out);
         } else if kind == ItemKind::Task && !self.spans.sent_text() {
-            self.history_text(item, out);
+            self.history_text(head.history, out);
         }
-        let waits = open_waits(iac, &self.answered)?;
+        let waits = open_waits(&iac.rare, &self.answered)?;
         let end = if waits.is_empty() {
             end_of(status)?
         } else {
@@ -226,7 +242,7 @@ impl Projection {
     }
 
     /// A recovery snapshot from the kernel's pipeline state, then the events it lists, de-duplicated.
-    pub(crate) fn recover_pipeline(&mut self, state: &Value, events: &mut Vec<Value>) {
+    pub(crate) fn recover_pipeline(&mut self, state: &Value, events: &mut impl EventSink) {
         let out = &mut Out::new(events, self.clock);
         if let Some(fields) = pipeline::snapshot(state, &mut self.pipeline_run_id) {
             out.push("ACTIVITY_SNAPSHOT", fields);
@@ -239,7 +255,7 @@ impl Projection {
     }
 
     /// Closes every open span, then `RUN_FINISHED` (success or interrupt) or `RUN_ERROR`.
-    pub fn finish(&mut self, end: &End, events: &mut Vec<Value>) {
+    pub fn finish(&mut self, end: &End, events: &mut impl EventSink) {
         let out = &mut Out::new(events, self.clock);
         self.spans.close_reasoning(out);
         self.tools.end_all(out);
@@ -279,38 +295,38 @@ impl Projection {
     }
 
     /// An artifact travels whole as `iac-code.artifact.v1`.
-    fn artifact(&mut self, item: &Value, out: &mut Out) {
-        if let Some(artifact) = item.get("artifact").and_then(Value::as_object) {
+    fn artifact(&mut self, artifact: Option<&serde_json::value::RawValue>, out: &mut Out) {
+        let artifact: Option<Value> = artifact.and_then(|a| serde_json::from_str(a.get()).ok());
+        if let Some(Value::Object(artifact)) = artifact {
             let mut value = Map::new();
             value.insert("schemaVersion".into(), json!(1));
-            value.extend(artifact.clone());
+            value.extend(artifact);
             out.custom(Custom::Artifact, Value::Object(value));
         }
     }
 
     /// A plain `message` result: the kernel's whole, task-less reply.
-    fn reply_message(&mut self, item: &Value, out: &mut Out) {
-        let text = message_text(item);
+    fn reply_message(&mut self, head: &crate::frame::Head, out: &mut Out) {
+        let text = head.parts.as_str();
         if !text.is_empty() {
             self.announce(out);
-            let id = item
-                .get("messageId")
-                .and_then(Value::as_str)
-                .unwrap_or("reply");
-            self.reply_text(id, &text, out);
+            let id = head.message_id.get().unwrap_or("reply");
+            self.reply_text(id, text, out);
         }
     }
 
     /// `metadata.iac_code` of a task or status update: reasoning, tool, MCP progress, pipeline
     /// events, usage, in that order.
-    fn on_iac(&mut self, iac: &Value, out: &mut Out) {
+    fn on_iac(&mut self, iac: &crate::frame::Iac, out: &mut Out) {
+        if let Some(text) = iac.thinking.obj().and_then(Thinking::raw_text) {
+            self.announce(out);
+            let id = std::mem::take(&mut self.reasoning_id);
+            self.spans.reasoning(&id, text, out);
+            self.reasoning_id = id;
+        }
+        let iac = &iac.rare;
         if iac.is_null() {
             return;
-        }
-        if let Some(text) = raw_thinking(iac) {
-            let id = format!("reasoning-{}", self.ids.run_id);
-            self.announce(out);
-            self.spans.reasoning(&id, text, out);
         }
         if let Some(tool) = iac.get(incoming::TOOL) {
             self.announce(out);
@@ -330,36 +346,35 @@ impl Projection {
     }
 
     /// The agent's message in a status: streamed text, unless it repeats what was already sent.
-    fn status_message(&mut self, message: &Value, iac: &Value, out: &mut Out) {
-        let role = message
-            .get("role")
-            .and_then(Value::as_str)
-            .unwrap_or("ROLE_AGENT");
+    fn status_message(&mut self, message: Option<&Message>, final_repeat: bool, out: &mut Out) {
+        let Some(message) = message else {
+            return; // not an object: no text
+        };
+        let role = message.role.get().unwrap_or("ROLE_AGENT");
         if !matches!(role, "ROLE_AGENT" | "agent" | "") {
             return;
         }
-        let text = message_text(message);
-        if text.is_empty() {
+        let text = message.parts.as_str();
+        if text.is_empty() || (final_repeat && self.spans.sent_text()) {
             return;
         }
-        let final_repeat = iac.pointer("/assistantFinal/complete") == Some(&Value::Bool(true));
-        if final_repeat && self.spans.sent_text() {
-            return;
-        }
-        let id = match message.get("messageId").and_then(Value::as_str) {
-            Some(id) => id.to_string(),
+        let owned;
+        let id = match message.message_id.get() {
+            Some(id) => id,
             None => {
                 let owner = self.session.task_id().unwrap_or(&self.ids.run_id);
-                format!("{owner}-message")
+                owned = format!("{owner}-message");
+                &owned
             }
         };
         self.announce(out);
-        self.reply_text(&id, &text, out);
+        self.reply_text(id, text, out);
     }
 
     /// A task snapshot with no streamed text yet: its trailing agent messages are the answer.
-    fn history_text(&mut self, task: &Value, out: &mut Out) {
-        let Some(history) = task.get("history").and_then(Value::as_array) else {
+    fn history_text(&mut self, history: Option<&serde_json::value::RawValue>, out: &mut Out) {
+        let history: Option<Value> = history.and_then(|h| serde_json::from_str(h.get()).ok());
+        let Some(history) = history.as_ref().and_then(Value::as_array) else {
             return;
         };
         let trailing: Vec<&Value> = history

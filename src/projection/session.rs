@@ -2,11 +2,11 @@
 //! first that names them, announced once as `iac-code.session.v1`.
 
 use super::events::{Custom, Out};
-use super::item::ItemKind;
 use super::RunIds;
 use crate::a2a::incoming;
 use crate::error::{Error, Msg};
-use serde_json::{json, Value};
+use crate::frame::{Head, Iac, ItemKind};
+use serde_json::json;
 
 #[derive(Default)]
 pub(super) struct Session {
@@ -38,14 +38,14 @@ impl Session {
         &mut self,
         context_id: &str,
         kind: ItemKind,
-        item: &Value,
+        item: &Head,
     ) -> Result<(), Error> {
         let task = match kind {
-            ItemKind::Task => item.get("id").or_else(|| item.get("taskId")),
-            _ => item.get("taskId"),
+            ItemKind::Task if item.id.is_present() => &item.id,
+            _ => &item.task_id,
         }
-        .and_then(Value::as_str);
-        if let Some(context) = item.get("contextId").and_then(Value::as_str) {
+        .get();
+        if let Some(context) = item.context_id.get() {
             if context != context_id {
                 return Err(Msg::ContextMismatch.err());
             }
@@ -64,11 +64,15 @@ impl Session {
     }
 
     /// Takes the iac-code session id from `metadata.iac_code`, wherever this item carries it.
-    pub(super) fn learn(&mut self, iac: &Value) {
-        let found = iac
-            .get(incoming::SESSION_ID)
-            .or_else(|| iac.get(incoming::PIPELINE)?.get(incoming::SESSION_ID))
-            .and_then(Value::as_str)
+    pub(super) fn learn(&mut self, view: &Iac) {
+        let iac = &view.rare;
+        let direct = view.session_id.is_present().then(|| view.session_id.get());
+        let found = direct
+            .unwrap_or_else(|| {
+                iac.get(incoming::PIPELINE)?
+                    .get(incoming::SESSION_ID)?
+                    .as_str()
+            })
             .or_else(|| {
                 iac.get(incoming::PIPELINE_BATCH)?
                     .get("events")?

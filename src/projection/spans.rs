@@ -1,7 +1,7 @@
 //! Text and reasoning spans: which messages are open, opened and closed so that a reasoning span
 //! never overlaps a text message.
 
-use super::events::Out;
+use super::events::{Delta, Out};
 use serde_json::json;
 
 #[derive(Default)]
@@ -39,10 +39,7 @@ impl Spans {
             );
             self.reasoning = Some(id.to_string());
         }
-        out.push(
-            "REASONING_MESSAGE_CONTENT",
-            json!({"messageId": id, "delta": text}),
-        );
+        out.delta(Delta::Reasoning, id, text);
     }
 
     /// Reply text: a new reply message closes the open one.
@@ -96,9 +93,6 @@ impl Spans {
     /// One `TEXT_MESSAGE_CONTENT` in the message `id`, which is open.
     fn content(&mut self, id: &str, text: &str, out: &mut Out) {
         self.sent_text = true;
-        out.push(
-            "TEXT_MESSAGE_CONTENT",
-            json!({"messageId": id, "delta": text}),
-        );
+        out.delta(Delta::Text, id, text);
     }
 }

@@ -26,7 +26,7 @@ use crate::error::{Code, Error, Lang, Msg};
 use crate::ids;
 use crate::input::{RunInput, UserMessage};
 use crate::interrupts;
-use crate::projection::{Durable, End, Projection, RunIds};
+use crate::projection::{Durable, End, Events, Projection, RunIds};
 use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
@@ -99,7 +99,7 @@ struct Run<'a> {
     stream: Arc<SseStream>,
     proj: Projection,
     /// Events projected but not written yet.
-    out: Vec<Value>,
+    out: Events,
     /// The request's one language decision (errors and interrupt texts).
     lang: Lang,
     /// `preferredLanguage` for the kernel: the client's own tag, else the decided language's.
@@ -135,7 +135,7 @@ impl<'a> Run<'a> {
             active: a.active,
             stream,
             proj,
-            out: Vec::new(),
+            out: Events::default(),
             lang: a.lang,
             lang_tag,
             live,
@@ -243,8 +243,8 @@ impl<'a> Run<'a> {
             if self.active.is_cancelled() {
                 return End::Failed(Msg::Cancelled.err());
             }
-            let item = match upstream.next_result() {
-                Ok(Some(item)) => item,
+            let next = match upstream.next_view() {
+                Ok(Some(next)) => next,
                 Ok(None) if self.proj.got_reply_message() => return End::Success,
                 Ok(None) => {
                     let e = Msg::StreamEndedEarly.err();
@@ -254,12 +254,18 @@ impl<'a> Run<'a> {
             };
             // Items already buffered upstream go out in one write with this one: fewer
             // syscalls under load, and no added latency (we flush before we would block).
-            let write = if upstream.has_buffered() {
+            let write = if next.buffered {
                 Write::WithNextItem
             } else {
                 Write::Now
             };
-            if let Some(end) = self.project(&item, write) {
+            #[cfg(debug_assertions)]
+            panic_if_asked(next.item.head.status.obj().and_then(|s| {
+                let text = s.message.obj()?.parts.as_str();
+                Some(text)
+            }));
+            let end = self.proj.on_view(&next.item, &mut self.out);
+            if let Some(end) = self.after_item(end, write) {
                 return end;
             }
         }
@@ -269,8 +275,18 @@ impl<'a> Run<'a> {
     /// `write` says so (an end is written at once). `Some` ends the pump.
     fn project(&mut self, item: &Value, write: Write) -> Option<End> {
         #[cfg(debug_assertions)]
-        panic_if_asked(item);
-        let end = match self.proj.on_item(item, &mut self.out) {
+        panic_if_asked(
+            item.pointer("/statusUpdate/status/message/parts/0/text")
+                .and_then(Value::as_str),
+        );
+        let end = self.proj.on_item(item, &mut self.out);
+        self.after_item(end, write)
+    }
+
+    /// What follows an item's projection: identities persisted, events written when `write`
+    /// says so (an end is written at once). `Some` ends the pump.
+    fn after_item(&mut self, end: Result<Option<End>, Error>, write: Write) -> Option<End> {
+        let end = match end {
             Ok(end) => end,
             Err(e) => return Some(self.abandon(e)),
         };
@@ -459,9 +475,8 @@ fn lost() -> Error {
 /// Debug builds only: an agent message of exactly this text panics the run thread, so the test
 /// suite can prove a panicking run still ends with `RUN_ERROR` (tests/reliability.rs).
 #[cfg(debug_assertions)]
-fn panic_if_asked(item: &Value) {
-    let text = item.pointer("/statusUpdate/status/message/parts/0/text");
-    if text.and_then(Value::as_str) == Some("__iac_code_agui_test_panic__") {
+fn panic_if_asked(text: Option<&str>) {
+    if text == Some("__iac_code_agui_test_panic__") {
         panic!("test panic requested by the upstream");
     }
 }

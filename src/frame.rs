@@ -1,0 +1,592 @@
+//! A typed, borrowing view of one A2A JSON-RPC frame: the envelope, the result's kind, and the few
+//! fields the projection reads on every item, borrowed from the frame's bytes (no `Value` tree, no
+//! owned string unless the JSON escapes one). What is rare or passed through (tool updates,
+//! pipeline envelopes, input waits, usage, a task's history, artifacts) stays raw JSON and becomes a
+//! `Value` only on the items that carry it.
+//!
+//! The view reads as leniently as `Value` lookups did: a field of the wrong JSON type counts as
+//! absent, and a present `null` is still present where that made a difference before.
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt;
+
+/// The four shapes of a streamed `result`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum ItemKind {
+    Task,
+    StatusUpdate,
+    ArtifactUpdate,
+    Message,
+}
+
+/// One streamed `result`, viewed.
+pub(crate) struct Item<'a> {
+    pub(crate) kind: ItemKind,
+    pub(crate) head: Head<'a>,
+    pub(crate) iac: Iac<'a>,
+}
+
+impl<'a> Item<'a> {
+    /// The `result` of one JSON-RPC frame; `None` for anything else (an error, not JSON, no
+    /// object result), which the caller reads the slow way to say why.
+    pub(crate) fn of_frame(data: &'a [u8]) -> Option<Item<'a>> {
+        let env: Envelope = serde_json::from_slice(data).ok()?;
+        if env.error.is_some_and(|e| e.get() != "null") {
+            return None;
+        }
+        let result = env.result.filter(|r| r.get().starts_with('{'))?;
+        Item::of_result(result.get()).ok()
+    }
+
+    /// A `result` object (a bare object is a task).
+    pub(crate) fn of_result(result: &'a str) -> serde_json::Result<Item<'a>> {
+        let kinds = match serde_json::from_str::<Field<Kinds>>(result)? {
+            Field::Obj(k) => k,
+            _ => Kinds::default(),
+        };
+        let (kind, body) = [
+            (ItemKind::Task, kinds.task),
+            (ItemKind::StatusUpdate, kinds.status_update),
+            (ItemKind::ArtifactUpdate, kinds.artifact_update),
+            (ItemKind::Message, kinds.message),
+        ]
+        .into_iter()
+        .find_map(|(kind, body)| body.map(|b| (kind, b.get())))
+        .unwrap_or((ItemKind::Task, result));
+        let head = match serde_json::from_str::<Field<Head>>(body)? {
+            Field::Obj(h) => h,
+            _ => Head::default(),
+        };
+        let iac = match &head.metadata {
+            Field::Obj(Meta {
+                iac_code: Some(raw),
+            }) => Iac::of(raw)?,
+            _ => Iac::default(),
+        };
+        Ok(Item { kind, head, iac })
+    }
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default, deserialize_with = "raw")]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "raw")]
+    result: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Kinds<'a> {
+    #[serde(borrow, deserialize_with = "raw")]
+    task: Option<&'a RawValue>,
+    #[serde(borrow, rename = "statusUpdate", deserialize_with = "raw")]
+    status_update: Option<&'a RawValue>,
+    #[serde(borrow, rename = "artifactUpdate", deserialize_with = "raw")]
+    artifact_update: Option<&'a RawValue>,
+    #[serde(borrow, deserialize_with = "raw")]
+    message: Option<&'a RawValue>,
+}
+
+/// The fields of a task, status update, artifact update or message that the projection reads.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct Head<'a> {
+    #[serde(borrow)]
+    pub(crate) id: LStr<'a>,
+    #[serde(borrow, rename = "taskId")]
+    pub(crate) task_id: LStr<'a>,
+    #[serde(borrow, rename = "contextId")]
+    pub(crate) context_id: LStr<'a>,
+    #[serde(borrow)]
+    pub(crate) status: Field<Status<'a>>,
+    #[serde(borrow)]
+    metadata: Field<Meta<'a>>,
+    /// A task's history (read only when a task snapshot brings the answer).
+    #[serde(borrow, deserialize_with = "raw")]
+    pub(crate) history: Option<&'a RawValue>,
+    /// A plain message's id and text.
+    #[serde(borrow, rename = "messageId")]
+    pub(crate) message_id: LStr<'a>,
+    #[serde(borrow)]
+    pub(crate) parts: Text<'a>,
+    /// An artifact update's artifact, passed on whole.
+    #[serde(borrow, deserialize_with = "raw")]
+    pub(crate) artifact: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct Status<'a> {
+    #[serde(borrow)]
+    pub(crate) state: LStr<'a>,
+    #[serde(borrow)]
+    pub(crate) message: Field<Message<'a>>,
+}
+
+impl Status<'_> {
+    pub(crate) fn state(&self) -> TaskState {
+        TaskState::parse(self.state.get().unwrap_or(""))
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct Message<'a> {
+    #[serde(borrow)]
+    pub(crate) role: LStr<'a>,
+    #[serde(borrow, rename = "messageId")]
+    pub(crate) message_id: LStr<'a>,
+    #[serde(borrow)]
+    pub(crate) parts: Text<'a>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Meta<'a> {
+    #[serde(borrow, deserialize_with = "raw")]
+    iac_code: Option<&'a RawValue>,
+}
+
+/// `metadata.iac_code`: the keys every text or reasoning frame carries, typed; any other key
+/// (tool, pipeline, input waits, usage, …) makes the whole object a `Value` for the code that
+/// reads those.
+#[derive(Default)]
+pub(crate) struct Iac<'a> {
+    pub(crate) session_id: LStr<'a>,
+    /// `assistantFinal.complete` is `true`: the message repeats the streamed text.
+    pub(crate) final_complete: bool,
+    pub(crate) thinking: Field<Thinking<'a>>,
+    /// The whole object when it has other keys, else `Null`.
+    pub(crate) rare: Value,
+}
+
+impl<'a> Iac<'a> {
+    fn of(raw: &'a RawValue) -> serde_json::Result<Iac<'a>> {
+        let seen = match serde_json::from_str::<Field<IacSeen>>(raw.get())? {
+            Field::Obj(seen) => seen,
+            _ => return Ok(Iac::default()),
+        };
+        let rare = match seen.other {
+            true => serde_json::from_str(raw.get())?,
+            false => Value::Null,
+        };
+        Ok(Iac {
+            session_id: seen.session_id,
+            final_complete: seen.final_complete,
+            thinking: seen.thinking,
+            rare,
+        })
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct Thinking<'a> {
+    #[serde(borrow, rename = "type")]
+    pub(crate) kind: LStr<'a>,
+    #[serde(borrow)]
+    pub(crate) text: LStr<'a>,
+}
+
+impl Thinking<'_> {
+    /// The non-empty text of raw thinking.
+    pub(crate) fn raw_text(&self) -> Option<&str> {
+        (self.kind.get() == Some("raw_thinking"))
+            .then(|| self.text.get())
+            .flatten()
+            .filter(|t| !t.is_empty())
+    }
+}
+
+/// `metadata.iac_code` read key by key (keys may repeat or come in any order).
+#[derive(Default)]
+struct IacSeen<'a> {
+    session_id: LStr<'a>,
+    final_complete: bool,
+    thinking: Field<Thinking<'a>>,
+    other: bool,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for IacSeen<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = IacSeen<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<IacSeen<'a>, M::Error> {
+                let mut seen = IacSeen::default();
+                while let Some(key) = map.next_key::<LStr<'de>>()? {
+                    match key.get().unwrap_or("") {
+                        crate::a2a::incoming::SESSION_ID => seen.session_id = map.next_value()?,
+                        "assistantFinal" => {
+                            seen.final_complete = match map.next_value::<Field<Final>>()? {
+                                Field::Obj(f) => f.complete.0,
+                                _ => false,
+                            }
+                        }
+                        crate::a2a::incoming::THINKING => seen.thinking = map.next_value()?,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            seen.other = true;
+                        }
+                    }
+                }
+                Ok(seen)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Final {
+    complete: IsTrue,
+}
+
+/// `true` only for the JSON `true`.
+#[derive(Default)]
+struct IsTrue(bool);
+
+impl<'de> Deserialize<'de> for IsTrue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(IsTrue(matches!(
+            d.deserialize_any(AnyVisitor)?,
+            Scalar::Bool(true)
+        )))
+    }
+}
+
+/// An A2A task state, read from any of its spellings (`TASK_STATE_INPUT_REQUIRED`,
+/// `input-required`, `input_required`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskState {
+    Submitted,
+    Working,
+    InputRequired,
+    Completed,
+    Canceled,
+    Failed,
+    Rejected,
+    AuthRequired,
+    /// Anything else, or no state.
+    Other,
+}
+
+impl TaskState {
+    const NAMES: [(TaskState, &'static str); 9] = [
+        (TaskState::Submitted, "submitted"),
+        (TaskState::Working, "working"),
+        (TaskState::InputRequired, "input-required"),
+        (TaskState::Completed, "completed"),
+        (TaskState::Canceled, "canceled"),
+        (TaskState::Canceled, "cancelled"),
+        (TaskState::Failed, "failed"),
+        (TaskState::Rejected, "rejected"),
+        (TaskState::AuthRequired, "auth-required"),
+    ];
+
+    /// Case-insensitive, `_` = `-`, an optional `task_state_` prefix: as `normalize_state` reads.
+    pub(crate) fn parse(state: &str) -> TaskState {
+        const PREFIX: &str = "task_state_";
+        let s = match state.get(..PREFIX.len()) {
+            Some(p) if p.eq_ignore_ascii_case(PREFIX) => &state[PREFIX.len()..],
+            _ => state,
+        };
+        let same = |name: &str| {
+            s.len() == name.len()
+                && s.bytes().zip(name.bytes()).all(|(a, b)| {
+                    let a = a.to_ascii_lowercase();
+                    a == b || (a == b'_' && b == b'-')
+                })
+        };
+        Self::NAMES
+            .iter()
+            .find(|(_, name)| same(name))
+            .map_or(TaskState::Other, |(state, _)| *state)
+    }
+
+    /// The state's name in messages (`input-required`).
+    pub(crate) fn as_str(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(state, _)| *state == self)
+            .map_or("", |(_, name)| name)
+    }
+}
+
+// ---- lenient field types ------------------------------------------------------------------------
+
+/// Keeps a raw value even when it is `null` (`Option<&RawValue>` would read `null` as absent).
+fn raw<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<&'a RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// A string field: absent, present with another JSON type, or a string (borrowed unless escaped).
+#[derive(Default, Debug)]
+pub(crate) struct LStr<'a> {
+    present: bool,
+    value: Option<Cow<'a, str>>,
+}
+
+impl LStr<'_> {
+    pub(crate) fn get(&self) -> Option<&str> {
+        self.value.as_deref()
+    }
+
+    pub(crate) fn is_present(&self) -> bool {
+        self.present
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for LStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = match d.deserialize_any(AnyVisitor)? {
+            Scalar::Str(s) => Some(s),
+            _ => None,
+        };
+        Ok(LStr {
+            present: true,
+            value,
+        })
+    }
+}
+
+/// An object field: absent, present with another JSON type, or an object.
+#[derive(Default)]
+pub(crate) enum Field<T> {
+    #[default]
+    Absent,
+    Other,
+    Obj(T),
+}
+
+impl<T> Field<T> {
+    pub(crate) fn is_present(&self) -> bool {
+        !matches!(self, Field::Absent)
+    }
+
+    pub(crate) fn obj(&self) -> Option<&T> {
+        match self {
+            Field::Obj(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Field<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Field<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Field<T>, M::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Field::Obj)
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Field<T>, S::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Field<T>, E> {
+                Ok(Field::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Field<T>, E> {
+                Ok(Field::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Field<T>, E> {
+                Ok(Field::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Field<T>, E> {
+                Ok(Field::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Field<T>, E> {
+                Ok(Field::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Field<T>, E> {
+                Ok(Field::Other)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// The concatenated `text` of a message's `parts` (one part: borrowed from the frame).
+#[derive(Default, Debug)]
+pub(crate) struct Text<'a>(Option<Cow<'a, str>>);
+
+impl Text<'_> {
+    pub(crate) fn as_str(&self) -> &str {
+        self.0.as_deref().unwrap_or("")
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Part<'a> {
+    #[serde(borrow)]
+    text: LStr<'a>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Text<'a>, S::Error> {
+                let mut text: Option<Cow<'a, str>> = None;
+                while let Some(part) = seq.next_element::<Field<Part<'de>>>()? {
+                    let Field::Obj(Part { text: t }) = part else {
+                        continue;
+                    };
+                    match (&mut text, t.value) {
+                        (_, None) => {}
+                        (None, Some(s)) => text = Some(s),
+                        (Some(acc), Some(s)) => acc.to_mut().push_str(&s),
+                    }
+                }
+                Ok(Text(text))
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Text<'a>, M::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_unit<E>(self) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// What a lenient field saw: a string, a bool, or something else (consumed).
+enum Scalar<'a> {
+    Str(Cow<'a, str>),
+    Bool(bool),
+    Other,
+}
+
+struct AnyVisitor;
+
+impl<'de> Visitor<'de> for AnyVisitor {
+    type Value = Scalar<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Borrowed(s)))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Owned(s.to_string())))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Owned(s)))
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Bool(b))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_unit<E>(self) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Scalar<'de>, S::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Scalar::Other)
+    }
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Scalar<'de>, M::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Scalar::Other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_read_as_normalize_state_reads_them() {
+        for (s, want) in [
+            ("TASK_STATE_INPUT_REQUIRED", TaskState::InputRequired),
+            ("input-required", TaskState::InputRequired),
+            ("Input_Required", TaskState::InputRequired),
+            ("task_state_cancelled", TaskState::Canceled),
+            ("TASK_STATE_AUTH_REQUIRED", TaskState::AuthRequired),
+            ("task-state-completed", TaskState::Other),
+            ("", TaskState::Other),
+            ("TASK_STATE_COMPLETED", TaskState::Completed),
+        ] {
+            assert_eq!(TaskState::parse(s), want, "{s}");
+        }
+    }
+
+    #[test]
+    fn a_text_frame_is_viewed_without_copies() {
+        let frame = br#"{"result":{"statusUpdate":{"taskId":"t","contextId":"c","status":{"state":"TASK_STATE_WORKING","message":{"messageId":"m","role":"ROLE_AGENT","parts":[{"text":"Hi "}]}},"metadata":{"iac_code":{"iacCodeSessionId":"s"}}}},"id":"1","jsonrpc":"2.0"}"#;
+        let item = Item::of_frame(frame).expect("a result");
+        assert_eq!(item.kind, ItemKind::StatusUpdate);
+        assert_eq!(item.head.task_id.get(), Some("t"));
+        let status = item.head.status.obj().unwrap();
+        assert_eq!(status.state(), TaskState::Working);
+        let message = status.message.obj().unwrap();
+        assert!(matches!(message.parts.0, Some(Cow::Borrowed("Hi "))));
+        assert_eq!(item.iac.session_id.get(), Some("s"));
+        assert!(item.iac.rare.is_null());
+    }
+
+    #[test]
+    fn wrong_types_read_as_absent_and_other_keys_as_a_value() {
+        let item = Item::of_result(
+            r#"{"task":null,"statusUpdate":{},"id":7,"metadata":{"iac_code":{"tool":{"a":1},"assistantFinal":{"complete":"yes"}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(item.kind, ItemKind::Task);
+        assert!(!item.head.id.is_present());
+        let item = Item::of_result(
+            r#"{"id":7,"status":[1],"metadata":{"iac_code":{"tool":{"a":1},"assistantFinal":{"complete":"yes"}}}}"#,
+        )
+        .unwrap();
+        assert!(item.head.id.is_present() && item.head.id.get().is_none());
+        assert!(item.head.status.is_present() && item.head.status.obj().is_none());
+        assert!(!item.iac.final_complete);
+        assert_eq!(item.iac.rare["tool"]["a"], 1);
+        let parts = Item::of_result(
+            r#"{"parts":[{"text":"a"},{"text":1},"x",{"text":"b\n"}],"messageId":"m"}"#,
+        )
+        .unwrap();
+        assert_eq!(parts.head.parts.as_str(), "ab\n");
+    }
+}
