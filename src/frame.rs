@@ -27,7 +27,6 @@ pub(crate) enum ItemKind {
 pub(crate) struct Item<'a> {
     pub(crate) kind: ItemKind,
     pub(crate) head: Head<'a>,
-    pub(crate) iac: Iac<'a>,
 }
 
 impl<'a> Item<'a> {
@@ -38,85 +37,159 @@ impl<'a> Item<'a> {
         if env.error.is_some_and(|e| e.get() != "null") {
             return None;
         }
-        let result = env.result.filter(|r| r.get().starts_with('{'))?;
-        Item::of_result(result.get()).ok()
+        match env.result {
+            Field::Obj(result) => Some(result.item()),
+            _ => None,
+        }
     }
 
     /// A `result` object (a bare object is a task).
     pub(crate) fn of_result(result: &'a str) -> serde_json::Result<Item<'a>> {
-        let kinds = match serde_json::from_str::<Field<Kinds>>(result)? {
-            Field::Obj(k) => k,
-            _ => Kinds::default(),
-        };
-        let (kind, body) = [
-            (ItemKind::Task, kinds.task),
-            (ItemKind::StatusUpdate, kinds.status_update),
-            (ItemKind::ArtifactUpdate, kinds.artifact_update),
-            (ItemKind::Message, kinds.message),
-        ]
-        .into_iter()
-        .find_map(|(kind, body)| body.map(|b| (kind, b.get())))
-        .unwrap_or((ItemKind::Task, result));
-        let head = match serde_json::from_str::<Field<Head>>(body)? {
-            Field::Obj(h) => h,
-            _ => Head::default(),
-        };
-        let iac = match &head.metadata {
-            Field::Obj(Meta {
-                iac_code: Some(raw),
-            }) => Iac::of(raw)?,
-            _ => Iac::default(),
-        };
-        Ok(Item { kind, head, iac })
+        Ok(match serde_json::from_str::<Field<ResultView>>(result)? {
+            Field::Obj(result) => result.item(),
+            _ => Item {
+                kind: ItemKind::Task,
+                head: Head::default(),
+            },
+        })
     }
 }
 
+/// The frame in one pass: nested values are read where they are, never skipped first and parsed
+/// again (serde_json allocates to skip a nested value).
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow, default, deserialize_with = "raw")]
     error: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "raw")]
-    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Field<ResultView<'a>>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Kinds<'a> {
-    #[serde(borrow, deserialize_with = "raw")]
-    task: Option<&'a RawValue>,
-    #[serde(borrow, rename = "statusUpdate", deserialize_with = "raw")]
-    status_update: Option<&'a RawValue>,
-    #[serde(borrow, rename = "artifactUpdate", deserialize_with = "raw")]
-    artifact_update: Option<&'a RawValue>,
-    #[serde(borrow, deserialize_with = "raw")]
-    message: Option<&'a RawValue>,
+/// A result: the body of its first kind (in the order of `KINDS`) or, with none, itself as a
+/// bare task. One `Head` only, filled in place: the view is moved as it is returned, so it stays
+/// small.
+#[derive(Default)]
+struct ResultView<'a> {
+    /// The index in `KINDS` of the kind read into `head`.
+    kind: Option<usize>,
+    head: Head<'a>,
+}
+
+impl<'a> ResultView<'a> {
+    const KINDS: [(ItemKind, &'static str); 4] = [
+        (ItemKind::Task, "task"),
+        (ItemKind::StatusUpdate, "statusUpdate"),
+        (ItemKind::ArtifactUpdate, "artifactUpdate"),
+        (ItemKind::Message, "message"),
+    ];
+
+    fn item(self) -> Item<'a> {
+        let kind = self.kind.map_or(ItemKind::Task, |i| Self::KINDS[i].0);
+        Item {
+            kind,
+            head: self.head,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ResultView<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = ResultView<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut view = ResultView::default();
+                while let Some(key) = map.next_key::<LStr<'de>>()? {
+                    let key = key.get().unwrap_or("");
+                    let kind = ResultView::KINDS.iter().position(|(_, k)| *k == key);
+                    match (kind, view.kind) {
+                        // A kind before the one read (or the first): its body is the item.
+                        (Some(i), read) if read.is_none_or(|r| i < r) => {
+                            view.head = match map.next_value::<Field<Head>>()? {
+                                Field::Obj(h) => h,
+                                _ => Head::default(),
+                            };
+                            view.kind = Some(i);
+                        }
+                        // The bare task's own fields, while no kind was read.
+                        (None, None) => view.head.take(key, &mut map)?,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(view)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
 }
 
 /// The fields of a task, status update, artifact update or message that the projection reads.
-#[derive(Deserialize, Default)]
-#[serde(default)]
+#[derive(Default)]
 pub(crate) struct Head<'a> {
-    #[serde(borrow)]
     pub(crate) id: LStr<'a>,
-    #[serde(borrow, rename = "taskId")]
     pub(crate) task_id: LStr<'a>,
-    #[serde(borrow, rename = "contextId")]
     pub(crate) context_id: LStr<'a>,
-    #[serde(borrow)]
     pub(crate) status: Field<Status<'a>>,
-    #[serde(borrow)]
-    metadata: Field<Meta<'a>>,
+    /// `metadata.iac_code`.
+    pub(crate) iac: Iac<'a>,
     /// A task's history (read only when a task snapshot brings the answer).
-    #[serde(borrow, deserialize_with = "raw")]
     pub(crate) history: Option<&'a RawValue>,
     /// A plain message's id and text.
-    #[serde(borrow, rename = "messageId")]
     pub(crate) message_id: LStr<'a>,
-    #[serde(borrow)]
     pub(crate) parts: Text<'a>,
     /// An artifact update's artifact, passed on whole.
-    #[serde(borrow, deserialize_with = "raw")]
     pub(crate) artifact: Option<&'a RawValue>,
+}
+
+impl<'a> Head<'a> {
+    /// Reads the value of `key` into the view (or skips it).
+    fn take<'de: 'a, M: MapAccess<'de>>(&mut self, key: &str, map: &mut M) -> Result<(), M::Error> {
+        match key {
+            "id" => self.id = map.next_value()?,
+            "taskId" => self.task_id = map.next_value()?,
+            "contextId" => self.context_id = map.next_value()?,
+            "status" => self.status = map.next_value()?,
+            "metadata" => {
+                self.iac = match map.next_value::<Field<Meta>>()? {
+                    Field::Obj(m) => m.iac_code,
+                    _ => Iac::default(),
+                }
+            }
+            "history" => self.history = Some(map.next_value()?),
+            "messageId" => self.message_id = map.next_value()?,
+            "parts" => self.parts = map.next_value()?,
+            "artifact" => self.artifact = Some(map.next_value()?),
+            _ => {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Head<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Head<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut head = Head::default();
+                while let Some(key) = map.next_key::<LStr<'de>>()? {
+                    head.take(key.get().unwrap_or(""), &mut map)?;
+                }
+                Ok(head)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -148,39 +221,77 @@ pub(crate) struct Message<'a> {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Meta<'a> {
-    #[serde(borrow, deserialize_with = "raw")]
-    iac_code: Option<&'a RawValue>,
+    #[serde(borrow)]
+    iac_code: Iac<'a>,
 }
 
-/// `metadata.iac_code`: the keys every text or reasoning frame carries, typed; any other key
-/// (tool, pipeline, input waits, usage, …) makes the whole object a `Value` for the code that
-/// reads those.
+/// `metadata.iac_code`: the keys every text or reasoning frame carries, typed; the other keys
+/// (tool, pipeline, input waits, usage, …) as a `Value` object for the code that reads those.
 #[derive(Default)]
 pub(crate) struct Iac<'a> {
     pub(crate) session_id: LStr<'a>,
     /// `assistantFinal.complete` is `true`: the message repeats the streamed text.
     pub(crate) final_complete: bool,
     pub(crate) thinking: Field<Thinking<'a>>,
-    /// The whole object when it has other keys, else `Null`.
+    /// The other keys, `Null` when there are none.
     pub(crate) rare: Value,
 }
 
-impl<'a> Iac<'a> {
-    fn of(raw: &'a RawValue) -> serde_json::Result<Iac<'a>> {
-        let seen = match serde_json::from_str::<Field<IacSeen>>(raw.get())? {
-            Field::Obj(seen) => seen,
-            _ => return Ok(Iac::default()),
-        };
-        let rare = match seen.other {
-            true => serde_json::from_str(raw.get())?,
-            false => Value::Null,
-        };
-        Ok(Iac {
-            session_id: seen.session_id,
-            final_complete: seen.final_complete,
-            thinking: seen.thinking,
-            rare,
-        })
+impl<'de: 'a, 'a> Deserialize<'de> for Iac<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Iac<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Iac<'a>, M::Error> {
+                let mut iac = Iac::default();
+                let mut rare = serde_json::Map::new();
+                while let Some(key) = map.next_key::<LStr<'de>>()? {
+                    match key.get().unwrap_or("") {
+                        crate::a2a::incoming::SESSION_ID => iac.session_id = map.next_value()?,
+                        "assistantFinal" => {
+                            iac.final_complete = match map.next_value::<Field<Final>>()? {
+                                Field::Obj(f) => f.complete.0,
+                                _ => false,
+                            }
+                        }
+                        crate::a2a::incoming::THINKING => iac.thinking = map.next_value()?,
+                        other => {
+                            rare.insert(other.to_string(), map.next_value()?);
+                        }
+                    }
+                }
+                if !rare.is_empty() {
+                    iac.rare = Value::Object(rare);
+                }
+                Ok(iac)
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Iac<'a>, S::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Iac::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Iac<'a>, E> {
+                Ok(Iac::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Iac<'a>, E> {
+                Ok(Iac::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Iac<'a>, E> {
+                Ok(Iac::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Iac<'a>, E> {
+                Ok(Iac::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Iac<'a>, E> {
+                Ok(Iac::default())
+            }
+            fn visit_unit<E>(self) -> Result<Iac<'a>, E> {
+                Ok(Iac::default())
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -200,48 +311,6 @@ impl Thinking<'_> {
             .then(|| self.text.get())
             .flatten()
             .filter(|t| !t.is_empty())
-    }
-}
-
-/// `metadata.iac_code` read key by key (keys may repeat or come in any order).
-#[derive(Default)]
-struct IacSeen<'a> {
-    session_id: LStr<'a>,
-    final_complete: bool,
-    thinking: Field<Thinking<'a>>,
-    other: bool,
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for IacSeen<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = IacSeen<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<IacSeen<'a>, M::Error> {
-                let mut seen = IacSeen::default();
-                while let Some(key) = map.next_key::<LStr<'de>>()? {
-                    match key.get().unwrap_or("") {
-                        crate::a2a::incoming::SESSION_ID => seen.session_id = map.next_value()?,
-                        "assistantFinal" => {
-                            seen.final_complete = match map.next_value::<Field<Final>>()? {
-                                Field::Obj(f) => f.complete.0,
-                                _ => false,
-                            }
-                        }
-                        crate::a2a::incoming::THINKING => seen.thinking = map.next_value()?,
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                            seen.other = true;
-                        }
-                    }
-                }
-                Ok(seen)
-            }
-        }
-        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 
@@ -563,8 +632,8 @@ mod tests {
         assert_eq!(status.state(), TaskState::Working);
         let message = status.message.obj().unwrap();
         assert!(matches!(message.parts.0, Some(Cow::Borrowed("Hi "))));
-        assert_eq!(item.iac.session_id.get(), Some("s"));
-        assert!(item.iac.rare.is_null());
+        assert_eq!(item.head.iac.session_id.get(), Some("s"));
+        assert!(item.head.iac.rare.is_null());
     }
 
     #[test]
@@ -581,8 +650,8 @@ mod tests {
         .unwrap();
         assert!(item.head.id.is_present() && item.head.id.get().is_none());
         assert!(item.head.status.is_present() && item.head.status.obj().is_none());
-        assert!(!item.iac.final_complete);
-        assert_eq!(item.iac.rare["tool"]["a"], 1);
+        assert!(!item.head.iac.final_complete);
+        assert_eq!(item.head.iac.rare["tool"]["a"], 1);
         let parts = Item::of_result(
             r#"{"parts":[{"text":"a"},{"text":1},"x",{"text":"b\n"}],"messageId":"m"}"#,
         )

@@ -44,4 +44,23 @@ impl<R: std::io::Read> Relay<R> {
         self.out.clear();
         Ok(Some(n))
     }
+
+    /// Reads the next upstream event without parsing it (the floor: what reading costs).
+    pub fn read_only(&mut self) -> Result<Option<usize>, Error> {
+        match &mut self.upstream {
+            A2aStream::Sse(events, _) => Ok(events
+                .next_data()
+                .map_err(|_| crate::error::Msg::StreamBroke.err())?
+                .map(|(d, _)| d.len())),
+            A2aStream::One(..) => Ok(None),
+        }
+    }
+
+    /// Reads and views the next upstream result without projecting it.
+    pub fn view_only(&mut self) -> Result<Option<usize>, Error> {
+        Ok(self
+            .upstream
+            .next_view()?
+            .map(|n| n.item.head.parts.as_str().len()))
+    }
 }

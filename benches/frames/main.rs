@@ -107,12 +107,32 @@ struct Pass {
     bytes_out: usize,
 }
 
-fn pass(bytes: &[u8], warm_frames: usize) -> Pass {
+/// How much of the path a pass runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Depth {
+    /// The SSE reader only.
+    Read,
+    /// The reader and the frame view (JSON-RPC parsing).
+    View,
+    /// Everything: reader, view, projection, client frames.
+    Relay,
+}
+
+fn step(relay: &mut Relay<&[u8]>, depth: Depth) -> Option<usize> {
+    let r = match depth {
+        Depth::Read => relay.read_only().map(|n| n.map(|_| 0)),
+        Depth::View => relay.view_only().map(|n| n.map(|_| 0)),
+        Depth::Relay => relay.step(),
+    };
+    r.expect("the relay accepts the frame set")
+}
+
+fn pass(bytes: &[u8], warm_frames: usize, depth: Depth) -> Pass {
     let mut relay = Relay::new(bytes, ids());
     let (mut frames, mut events, mut bytes_out) = (0, 0, 0);
     let mut allocs_at_warm = 0;
     let started = thread_cpu_ns();
-    while let Some(n) = relay.step().expect("the relay accepts the frame set") {
+    while let Some(n) = step(&mut relay, depth) {
         frames += 1;
         events += n;
         bytes_out += relay.body.len();
@@ -138,6 +158,25 @@ fn pass(bytes: &[u8], warm_frames: usize) -> Pass {
     }
 }
 
+/// The cheapest pass serde_json makes over the frames (`IgnoredAny`), µs per frame: the floor
+/// any JSON reading of them has on this machine at this moment.
+fn json_floor(bytes: &[u8]) -> f64 {
+    let text = std::str::from_utf8(bytes).expect("UTF-8 frames");
+    let frames: Vec<&[u8]> = text
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .map(str::as_bytes)
+        .collect();
+    let runs = (0..PASSES).map(|_| {
+        let started = thread_cpu_ns();
+        for f in &frames {
+            let _: serde::de::IgnoredAny = serde_json::from_slice(f).expect("JSON frames");
+        }
+        (thread_cpu_ns() - started) as f64 / 1e3 / frames.len() as f64
+    });
+    median(runs.collect()).0
+}
+
 fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(|a, b| a.total_cmp(b));
     (v[v.len() / 2], v[0], v[v.len() - 1])
@@ -146,12 +185,14 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
 fn main() {
     let mut rep = String::new();
     rep.push_str(&format!(
-        "| frame set | frames (per cycle) | events | CPU per frame, µs: median (min–max of {PASSES}) | CPU per event, µs | allocations per frame (steady state) | bytes out per frame |\n|---|---|---|---|---|---|---|\n"
+        "| frame set | frames (per cycle) | events | CPU per frame, µs: median (min–max of {PASSES}) | CPU per event, µs | of which reading / reading + viewing, µs per frame (JSON floor) | allocations per frame (steady state) | bytes out per frame |\n|---|---|---|---|---|---|---|---|\n"
     ));
     for set in SETS {
         let (bytes, per_cycle, _) = upstream(set);
-        let _ = pass(&bytes, 2 * per_cycle); // warm-up
-        let passes: Vec<Pass> = (0..PASSES).map(|_| pass(&bytes, 2 * per_cycle)).collect();
+        let _ = pass(&bytes, 2 * per_cycle, Depth::Relay); // warm-up
+        let passes: Vec<Pass> = (0..PASSES)
+            .map(|_| pass(&bytes, 2 * per_cycle, Depth::Relay))
+            .collect();
         let p0 = &passes[0];
         let per_frame = median(
             passes
@@ -166,8 +207,21 @@ fn main() {
                 .collect(),
         );
         let allocs = p0.steady_allocs as f64 / p0.steady_frames as f64;
+        let floor = |depth| {
+            median(
+                (0..PASSES)
+                    .map(|_| {
+                        let p = pass(&bytes, 2 * per_cycle, depth);
+                        p.cpu_ns as f64 / 1e3 / p.frames as f64
+                    })
+                    .collect(),
+            )
+            .0
+        };
+        let (read, view) = (floor(Depth::Read), floor(Depth::View));
+        let json = json_floor(&bytes);
         rep.push_str(&format!(
-            "| {set} | {} ({per_cycle}) | {} | {:.2} ({:.2}–{:.2}) | {:.2} | {:.2} | {} |\n",
+            "| {set} | {} ({per_cycle}) | {} | {:.2} ({:.2}–{:.2}) | {:.2} | {read:.2} / {view:.2} ({json:.2}) | {:.2} | {} |\n",
             p0.frames,
             p0.events,
             per_frame.0,

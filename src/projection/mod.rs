@@ -201,7 +201,8 @@ impl Projection {
         events: &mut impl EventSink,
     ) -> Result<Option<End>, Error> {
         let out = &mut Out::new(events, self.clock);
-        let (kind, head, iac) = (item.kind, &item.head, &item.iac);
+        let (kind, head) = (item.kind, &item.head);
+        let iac = &head.iac;
         self.session
             .check_identity(&self.ids.context_id, kind, head)?;
         self.session.learn(iac);
