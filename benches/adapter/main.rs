@@ -70,9 +70,16 @@ fn main() {
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).expect("create the bench directory");
     let kernel = start_kernel();
-    let ours = Impl::Ours(BIN.to_string());
+    // BENCH_ADAPTER_BIN: another build of the adapter (a before/after comparison).
+    let ours = Impl::Ours(std::env::var("BENCH_ADAPTER_BIN").unwrap_or_else(|_| BIN.to_string()));
     let mut rep = Report::default();
     let mut runs = RunNumbers::default();
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("frames") {
+        frames_section(&mut rep, &ours, &kernel.url, &root, &mut runs);
+        report::write(&rep, started, &bench_mark);
+        let _ = std::fs::remove_dir_all(&root);
+        return;
+    }
 
     eprintln!("[bench] 1. throughput");
     let srv = Server::start(&ours, &kernel.url, None, &root)
@@ -110,15 +117,43 @@ fn main() {
         &mut runs,
     );
     rep.line(format!("\nDuring this section {}.\n", other_cpu(&mark)));
+    mark = cpu_mark();
+
+    eprintln!("[bench] 6. frame sets");
+    frames_section(&mut rep, &ours, &kernel.url, &root, &mut runs);
+    rep.line(format!("\nDuring this section {}.\n", other_cpu(&mark)));
 
     report::write(&rep, started, &bench_mark);
     drop(kernel);
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Figure 6 (benches/README.md): ours and, when installed, the reference, on the frame sets.
+fn frames_section(
+    rep: &mut Report,
+    ours: &Impl,
+    kernel: &str,
+    root: &std::path::Path,
+    runs: &mut RunNumbers,
+) {
+    let srv = Server::start(ours, kernel, None, root)
+        .expect("start the adapter")
+        .0;
+    let reference = server::reference_available()
+        .ok()
+        .and_then(|path| Server::start(&Impl::Reference(path), kernel, None, root).ok())
+        .map(|(s, _)| s);
+    let mut servers = vec![("iac-code-agui", &srv)];
+    if let Some(r) = &reference {
+        servers.push(("reference", r));
+    }
+    figures::frames::frame_sets(rep, &servers, runs);
+}
+
 /// The fake kernel with the bench's own scenarios.
 fn start_kernel() -> FakeKernel {
     let kernel = FakeKernel::start();
+    figures::frames::register(&kernel);
     kernel.script("bench-latency", latency_script());
     kernel.script(
         "bench-hold",

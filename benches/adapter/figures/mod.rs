@@ -2,6 +2,7 @@
 //! measures, writes its section and summary rows, and returns what later sections compare with.
 
 pub(crate) mod footprint;
+pub(crate) mod frames;
 pub(crate) mod held_runs;
 pub(crate) mod latency;
 pub(crate) mod reference;
