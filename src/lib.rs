@@ -21,6 +21,7 @@
 //! | `observe` | re-attach after a reload: the thread lookup and the observe stream |
 //! | [`a2a`] | the JSON-RPC client and the `metadata.iac_code` key table |
 //! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
+//! | `frame` | a typed, borrowing view of one A2A JSON-RPC frame (the hot path's parsing) |
 //! | [`stream`] | the client's SSE response and the heartbeat timer |
 //! | [`store`] | per-thread JSON state files, atomically replaced |
 //! | [`kernel`] | supervision of a managed `iac-code a2a` |
