@@ -165,6 +165,7 @@ impl Msg {
     }
 
     #[rustfmt::skip]
+    #[allow(clippy::too_many_lines)] // the catalogue: one row a message, read as a table
     fn row(self) -> Row {
         use Code::*;
         match self {
