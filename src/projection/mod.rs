@@ -232,9 +232,11 @@ impl Projection {
             out.push("ACTIVITY_SNAPSHOT", fields);
         }
         if let Some(envelopes) = state.get("events").and_then(Value::as_array) {
+            self.dedup.recovering = true;
             for envelope in envelopes {
                 self.on_pipeline(envelope, out);
             }
+            self.dedup.recovering = false;
         }
     }
 

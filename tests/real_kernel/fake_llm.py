@@ -192,7 +192,8 @@ def decide_pipeline(messages: list, tools: list):
             "monthly_estimate": "100", "currency": "CNY",
             "resources": [{"type": "ALIYUN::ECS::Instance", "cost": "100"}],
             "template_fixed": False, "deployment_parameters": {}, "hard_constraint_checks": [],
-            "preview_validation": {"succeeded": True}})
+            "preview_validation": {"succeeded": False, "template_url": "template.yaml",
+                                   "error": "scripted test: no cloud account"}})
     if step == "confirm_and_select":
         options = [{"name": n, "summary": n, "candidate_index": i} for i, n in enumerate(CANDIDATES)]
         if "complete_step" not in all_calls:

@@ -844,7 +844,7 @@ def drive_pipeline(sc: Scenario, port: int, tag: str, cwd: str) -> list:
 CANDIDATE_HEX = re.compile(r"evaluate_candidate_([0-9a-f]{8})-(\d+)-")
 
 
-def normalise(events: list) -> list:
+def normalise(events: list, cand_tools: set = None) -> list:
     """One line per event: type, CUSTOM name, stepName/messageId/toolCallId/toolCallName, with
     the candidate sub-pipeline ids replaced by the candidate's index and every other id by <id>
     (tool call ids come from the fake LLM's global counter, whose order follows the parallel
@@ -859,20 +859,36 @@ def normalise(events: list) -> list:
         return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|"
                       r"[0-9a-f]{16,}|call_\d+|agui-[\w-]+", "<id>", value)
 
+    cand_tools = set() if cand_tools is None else cand_tools
+    open_cands: set = set()
     out = []
     for e in events:
         t = e.get("type")
         key = [t]
         if t == "CUSTOM":
             key.append(e.get("name"))
+            value = e.get("value") if isinstance(e.get("value"), dict) else {}
+            if value.get("eventType"):
+                key.append(f"eventType={value['eventType']}")
+            if value.get("candidate"):
+                key.append(f"(candidate {norm((value['candidate'] or {}).get('id'))})")
+        step = e.get("stepName") or ""
+        if t == "STEP_STARTED" and step.startswith("candidate:"):
+            open_cands.add(step)
+        if t == "STEP_FINISHED":
+            open_cands.discard(step)
+        if t == "TOOL_CALL_START" and open_cands:
+            cand_tools.add(e.get("toolCallId"))
         for k in ("stepName", "messageId", "toolCallId", "toolCallName"):
             if k in e:
                 key.append(f"{k}={norm(e[k])}")
+        if e.get("toolCallId") in cand_tools:
+            key.append("(candidate tool)")
         out.append(" ".join(str(k) for k in key))
     return out
 
 
-def compare_pipeline_run(i: int, ours: Stream, ref: Stream) -> list:
+def compare_pipeline_run(i: int, ours: Stream, ref: Stream, tools: tuple) -> list:
     """Differences between two runs of the same script, as failure lines (empty = the same).
 
     Compared: the multiset of normalised events, and the exact order of the events outside the
@@ -880,7 +896,7 @@ def compare_pipeline_run(i: int, ours: Stream, ref: Stream) -> list:
     On purpose: ours sends CUSTOM iac-code.session.v1 right after RUN_STARTED on every run (the
     spec's order, checked by check_run_envelope); on a resume the reference sends it after the
     first replayed pipeline events, so it is left out of the order comparison."""
-    a, b = normalise(ours.events), normalise(ref.events)
+    a, b = normalise(ours.events, tools[0]), normalise(ref.events, tools[1])
     out = []
     if sorted(a) != sorted(b):
         missing = sorted((collections.Counter(b) - collections.Counter(a)).elements())
@@ -904,8 +920,18 @@ def scenario_p(sc: Scenario, env: Env):
     steps = [e.get("stepName") for st in ours for e in st.all("STEP_STARTED")]
     sc.note(f"ours steps: {steps}")
     sc.expect("intent_parsing" in steps, f"no STEP_STARTED intent_parsing: {steps}")
-    sc.expect("architecture_planning" in steps,
-              f"the pipeline did not reach architecture_planning: {steps}")
+    for step in ("architecture_planning", "evaluate_candidates", "confirm_and_select", "deploying"):
+        sc.expect(step in steps, f"the pipeline did not reach {step}: {steps}")
+    kinds = [[(it.get("metadata") or {}).get("kind") for it in st.interrupts()] for st in ours]
+    sc.expect(kinds == [["ask_user_question"], ["permission"], ["candidate_selection"], []],
+              f"interrupts per run {kinds}, expected the question, candidate A's write_file "
+              "permission (the task WORKING), the candidate selection, then none")
+    sc.expect(ours[-1].outcome_type() == "success", f"last run: {ours[-1].summary()[-300:]}")
+    ends = [(e.get("value") or {}).get("eventType") for e in ours[-1].all("CUSTOM")
+            if e.get("name") == "iac-code.pipeline.v1"]
+    sc.expect(ends[-1:] == ["pipeline_completed"], f"last run's pipeline events {ends}")
+    sc.expect(os.path.isfile(os.path.join(env.cwd("ours-p"), "template-a.yaml")),
+              "candidate A's template-a.yaml was not written after allow_once")
     if env.args.skip_reference:
         sc.note("reference comparison skipped (--skip-reference)")
         return
@@ -915,8 +941,9 @@ def scenario_p(sc: Scenario, env: Env):
     for i, st in enumerate(ref, 1):
         sc.note(f"reference run {i}: {st.summary()[:600]}")
     sc.expect(len(ours) == len(ref), f"ours took {len(ours)} runs, the reference {len(ref)}")
+    tools = (set(), set())   # the tool calls made inside candidate steps, ours and the reference's
     for i, (o, r) in enumerate(zip(ours, ref), 1):
-        sc.failures.extend(compare_pipeline_run(i, o, r))
+        sc.failures.extend(compare_pipeline_run(i, o, r, tools))
 
 
 # --------------------------------------------------------------------------------------------
