@@ -322,3 +322,32 @@ fn an_input_wait_in_a_working_update_is_an_interrupt_unless_already_answered() {
         "a replayed answered wait"
     );
 }
+
+#[test]
+fn recovered_pipeline_events_below_the_live_sequence_are_projected_once() {
+    // Real kernel, sideband permission: events emitted between the unary answer and
+    // SubscribeToTask (here seq 2) are missed live while later ones (seq 3) arrive; the
+    // recovery from `/iac-code/pipeline/state` brings seq 2 (and seq 3 again).
+    let mut p = proj();
+    let mut out = vec![];
+    p.on_item(&pipe("pipeline_started", 1, json!({})), &mut out)
+        .unwrap();
+    p.on_item(&pipe("candidate_completed", 3, json!({})), &mut out)
+        .unwrap();
+    let envelope = |seq: u64, t: &str| json!({"eventType": t, "eventId": format!("ev-{seq}"), "sequence": seq, "pipelineRunId": "pr"});
+    let state = json!({"snapshot": {"pipelineRunId": "pr", "lastSequence": 3},
+                       "events": [envelope(2, "candidate_completed"), envelope(3, "candidate_completed")]});
+    p.recover_pipeline(&state, &mut out);
+    let sequences: Vec<_> = out
+        .iter()
+        .filter(|e| e["type"] == "CUSTOM" && e["name"] == "iac-code.pipeline.v1")
+        .map(|e| e["value"]["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sequences, vec![1, 3, 2], "seq 2 recovered, seq 3 not twice");
+    assert_eq!(p.durable().pipeline_sequence, 3);
+    // Live again: a replay below the sequence stays dropped outside recovery.
+    let before = out.len();
+    p.on_item(&pipe("candidate_completed", 2, json!({})), &mut out)
+        .unwrap();
+    assert_eq!(out.len(), before);
+}

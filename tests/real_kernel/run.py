@@ -18,6 +18,11 @@ and drives the adapter over HTTP/SSE through the scenarios below, printing PASS/
      roots; it refuses an unauthenticated call (401); a "think" turn streams REASONING_* events
   f  every AG-UI event of every stream validates with the ag-ui-protocol 1.0.0 pydantic models
   g  scenarios a and b through the reference adapter; event-type sequences compared with ours
+  p  the `selling` pipeline (runMode "pipeline"), scripted by fake_llm.py: intent parsing's
+     question -> answer -> architecture planning -> two candidates in parallel, candidate A's
+     write_file permission while the task is WORKING (allow once) -> cost estimating -> candidate
+     selection -> deploying -> pipeline_completed; each run compared with the reference adapter's
+     (REAL_KERNEL_PIPELINE=0 skips it; REAL_KERNEL_PIPELINE=only runs it alone)
 
 Exit status: 0 when every scenario passed, 1 otherwise, 3 on the global timeout.
 Every child runs in its own process group and is killed on exit, on failure and on a signal.
@@ -1284,9 +1289,9 @@ def main() -> int:
                      port)
         run_scenario("m", "default managed kernel: token, thinking exposure, REASONING_*",
                      scenario_m, env)
-        if os.environ.get("REAL_KERNEL_PIPELINE") == "1":
-            run_scenario("p", "selling pipeline: question -> resume -> ... (vs the reference)",
-                         scenario_p, env)
+        if os.environ.get("REAL_KERNEL_PIPELINE") != "0":   # REAL_KERNEL_PIPELINE=0 skips it
+            run_scenario("p", "selling pipeline: question, side permission, candidates, selection,"
+                              " deploying (vs the reference)", scenario_p, env)
         if args.skip_reference:
             sg = Scenario("g", "reference adapter comparison")
             sg.status = "SKIP"
