@@ -674,8 +674,7 @@ fn a_pipeline_event_missed_between_a_side_answer_and_the_subscription_is_recover
         .requests()
         .into_iter()
         .filter_map(|r| r["path"].as_str().map(str::to_string))
-        .filter(|p| p.starts_with("/iac-code/pipeline/state"))
-        .last()
+        .rfind(|p| p.starts_with("/iac-code/pipeline/state"))
         .unwrap();
     assert!(last_state.contains("afterSequence=1"), "{last_state}");
 }
