@@ -150,6 +150,13 @@ def decide_pipeline(messages: list, tools: list):
     step, system = _step_of(messages)
     if step is None:
         return None
+    reply = _decide_step(step, system, messages, tools)
+    if reply is not None and step in ("template_generating", "cost_estimating"):
+        reply["candidate"] = True
+    return reply
+
+
+def _decide_step(step: str, system: str, messages: list, tools: list):
     done = _tool_calls_since_user(messages)
     all_calls = [(c.get("function") or {}).get("name") for m in messages
                  for c in (m.get("tool_calls") or [])]
@@ -246,11 +253,13 @@ def decide(messages: list, tools: list = None) -> dict:
     return {"kind": "text", "text": TEXT_REPLY}
 
 
-def _next_call_id() -> str:
+def _next_call_id(reply: dict) -> str:
+    """`call_N`; a pipeline candidate step's calls are `call_N_candidate` (run.py tells the
+    parallel candidates' tool calls from the pipeline's own by it)."""
     global _counter
     with _counter_lock:
         _counter += 1
-        return f"call_{_counter}"
+        return f"call_{_counter}" + ("_candidate" if reply.get("candidate") else "")
 
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
@@ -309,7 +318,7 @@ class Handler(BaseHTTPRequestHandler):
     def _complete(self, reply, model, cid, created):
         if reply["kind"] == "tool":
             message = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": _next_call_id(), "type": "function",
+                "id": _next_call_id(reply), "type": "function",
                 "function": {"name": reply["name"], "arguments": reply["arguments"]}}]}
             finish = "tool_calls"
         else:
@@ -339,7 +348,7 @@ class Handler(BaseHTTPRequestHandler):
 
         try:
             if reply["kind"] == "tool":
-                call_id = _next_call_id()
+                call_id = _next_call_id(reply)
                 chunk({"role": "assistant", "content": None, "tool_calls": [{
                     "index": 0, "id": call_id, "type": "function",
                     "function": {"name": reply["name"], "arguments": ""}}]})
