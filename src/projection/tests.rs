@@ -351,3 +351,38 @@ fn recovered_pipeline_events_below_the_live_sequence_are_projected_once() {
         .unwrap();
     assert_eq!(out.len(), before);
 }
+
+#[test]
+fn a_message_seen_in_two_task_snapshots_of_one_run_is_sent_once_and_only_what_it_gained() {
+    // A side answer's follow-up: `GetTask`, then `SubscribeToTask`'s first item, each a task
+    // whose history repeats the reply an earlier run streamed (one message id, in chunks).
+    let earlier = "Two need approval. ";
+    let durable = Durable {
+        text_digests: [crate::ids::sha256_hex(earlier.as_bytes())].into(),
+        ..Durable::default()
+    };
+    let mut p = proj().resuming("task", Some("s"), durable);
+    let mut out = vec![];
+    let agent = |t: &str| json!({"messageId": "task-message", "role": "ROLE_AGENT", "parts": [{"text": t}]});
+    let snapshot = |history: Vec<Value>| {
+        json!({"task": {"id": "task", "contextId": "ctx",
+        "status": {"state": "TASK_STATE_WORKING"}, "history": history}})
+    };
+    let user = json!({"messageId": "u", "role": "ROLE_USER", "parts": [{"text": "go"}]});
+    let first = snapshot(vec![user.clone(), agent("Two need "), agent("approval. ")]);
+    p.on_item(&first, &mut out).unwrap();
+    let second = snapshot(vec![
+        user,
+        agent("Two need "),
+        agent("approval. "),
+        agent("Both approved."),
+    ]);
+    p.on_item(&second, &mut out).unwrap();
+    p.on_item(&second, &mut out).unwrap();
+    let sent: String = out
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(sent, "Both approved.");
+}
