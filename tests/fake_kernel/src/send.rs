@@ -54,21 +54,7 @@ pub(crate) fn send_streaming(
             answer,
             first,
         }) => {
-            let log = state
-                .tasks
-                .lock()
-                .unwrap()
-                .get(&task)
-                .map(|t| t.log.clone())
-                .unwrap_or_default();
-            let vars = Vars {
-                log,
-                task,
-                ctx,
-                session,
-                answer,
-                id: req["id"].clone(),
-            };
+            let vars = play_vars(state, req, task, ctx, session, answer);
             stream(state, conn, &vars, &first, &script)
         }
     }
@@ -100,21 +86,7 @@ pub(crate) fn send_unary(state: &Arc<State>, conn: &TcpStream, req: &Value) -> s
             answer,
             first,
         }) => {
-            let log = state
-                .tasks
-                .lock()
-                .unwrap()
-                .get(&task)
-                .map(|t| t.log.clone())
-                .unwrap_or_default();
-            let vars = Vars {
-                log,
-                task,
-                ctx,
-                session,
-                answer,
-                id: req["id"].clone(),
-            };
+            let vars = play_vars(state, req, task, ctx, session, answer);
             respond(conn, 200, &rpc_result(req, first.clone()))?;
             let state = state.clone();
             std::thread::spawn(move || play_detached(&state, &vars, &first, &script));
@@ -371,4 +343,30 @@ fn stream(
     out.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n")?;
     emit(&mut out, vars, first)?;
     play(state, &mut out, vars, script)
+}
+
+/// What a script played for `task` needs: its log, ids and the answer it was given.
+fn play_vars(
+    state: &State,
+    req: &Value,
+    task: String,
+    ctx: String,
+    session: String,
+    answer: String,
+) -> Vars {
+    let log = state
+        .tasks
+        .lock()
+        .unwrap()
+        .get(&task)
+        .map(|t| t.log.clone())
+        .unwrap_or_default();
+    Vars {
+        log,
+        task,
+        ctx,
+        session,
+        answer,
+        id: req["id"].clone(),
+    }
 }
