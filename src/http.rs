@@ -54,9 +54,9 @@ pub(crate) fn error_body(status: u16) -> (Vec<u8>, &'static str) {
 }
 
 /// Starts `dispatchers` threads taking requests from `server`; each request gets its own thread.
-pub fn serve(app: Arc<App>, server: Arc<tiny_http::Server>, dispatchers: usize) {
+pub fn serve(app: &Arc<App>, server: &Arc<tiny_http::Server>, dispatchers: usize) {
     log_request_panics();
-    let weak = Arc::downgrade(&server);
+    let weak = Arc::downgrade(server);
     crate::metrics::count_connections_with(move || {
         weak.upgrade().map_or(0, |s| s.num_connections())
     });

@@ -54,6 +54,9 @@
 //!                    "TEXT_MESSAGE_END", "RUN_FINISHED"]);
 //! ```
 
+// `pub` is the crate's API; everything else is `pub(crate)`, and the compiler keeps it so.
+#![warn(unreachable_pub)]
+
 pub mod a2a;
 pub mod app;
 pub mod config;

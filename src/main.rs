@@ -91,7 +91,7 @@ fn main() {
         runs: Runs::default(),
         config,
     });
-    http::serve(app.clone(), server.clone(), app.config.workers);
+    http::serve(&app, &server, app.config.workers);
     let addr = server.server_addr();
     log::info!(
         "iac-code-agui {} listening on http://{addr}",

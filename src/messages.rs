@@ -133,7 +133,7 @@ pub enum Msg {
 
 /// One row: the code, a status overriding [`Code::http_status`], and the sentences in
 /// [`Lang::ALL`] order (en, zh, es, fr, de, ja, pt).
-type Row = (Code, Option<u16>, [&'static str; 7]);
+type Row = (Code, Option<u16>, [&'static str; Lang::ALL.len()]);
 
 impl Msg {
     /// An error with this message and no parameters.
@@ -165,6 +165,7 @@ impl Msg {
     }
 
     #[rustfmt::skip]
+    #[allow(clippy::too_many_lines)] // the catalogue: one row a message, read as a table
     fn row(self) -> Row {
         use Code::*;
         match self {

@@ -12,7 +12,7 @@
 //! what the socket does not take is kept and sent before anything else).
 
 use crate::sse;
-use crossbeam_channel::{select, tick, Receiver};
+use crossbeam_channel::{tick, Receiver};
 use parking_lot::Mutex;
 use std::io::Write;
 use std::net::TcpStream;
@@ -438,7 +438,7 @@ impl Heartbeats {
         let ticks = tick(period);
         std::thread::Builder::new()
             .name("heartbeat".into())
-            .spawn(move || beat(streams, ticks, interval))
+            .spawn(move || beat(&streams, &ticks, interval))
             .expect("spawn heartbeat thread");
         hb
     }
@@ -448,11 +448,8 @@ impl Heartbeats {
     }
 }
 
-fn beat(streams: Arc<Mutex<Vec<Weak<SseStream>>>>, ticks: Receiver<Instant>, interval: Duration) {
-    loop {
-        select! {
-            recv(ticks) -> t => if t.is_err() { return },
-        }
+fn beat(streams: &Mutex<Vec<Weak<SseStream>>>, ticks: &Receiver<Instant>, interval: Duration) {
+    while ticks.recv().is_ok() {
         let live: Vec<Arc<SseStream>> = {
             let mut list = streams.lock();
             list.retain(|w| w.strong_count() > 0);

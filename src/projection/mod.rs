@@ -35,7 +35,7 @@ use replay::Replay;
 use serde_json::{json, Map, Value};
 use session::Session;
 use spans::Spans;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use steps::Steps;
 use tools::{ToolUpdate, Tools};
 use usage::Usage;
@@ -81,6 +81,12 @@ pub struct Projection {
     answered: HashSet<String>,
     /// The stream answered with a plain `message`, not a task.
     got_reply_message: bool,
+    /// Text taken from task snapshots in this run, whole per message id: a run can see several
+    /// snapshots (a side answer's `GetTask`, then `SubscribeToTask`'s first item), and each
+    /// message's text is taken once; a later snapshot adds only what the message gained.
+    snapshot_taken: HashMap<String, String>,
+    /// How many of the run's text contents came from task snapshots.
+    snapshot_contents: usize,
 }
 
 impl Projection {
@@ -100,6 +106,8 @@ impl Projection {
             steps: Steps::default(),
             usage: Usage::default(),
             got_reply_message: false,
+            snapshot_taken: HashMap::new(),
+            snapshot_contents: 0,
         }
     }
 
@@ -210,7 +218,8 @@ impl Projection {
         let status = item.get("status").unwrap_or(&NULL);
         if let Some(message) = status.get("message") {
             self.status_message(message, iac, out);
-        } else if kind == ItemKind::Task && !self.spans.sent_text() {
+        } else if kind == ItemKind::Task && self.spans.contents() == self.snapshot_contents {
+            // Only snapshots have given text so far: the stream has not taken over.
             self.history_text(item, out);
         }
         let waits = open_waits(iac, &self.answered)?;
@@ -232,9 +241,11 @@ impl Projection {
             out.push("ACTIVITY_SNAPSHOT", fields);
         }
         if let Some(envelopes) = state.get("events").and_then(Value::as_array) {
+            self.dedup.recovering = true;
             for envelope in envelopes {
                 self.on_pipeline(envelope, out);
             }
+            self.dedup.recovering = false;
         }
     }
 
@@ -357,7 +368,9 @@ impl Projection {
         self.reply_text(&id, &text, out);
     }
 
-    /// A task snapshot with no streamed text yet: its trailing agent messages are the answer.
+    /// A task snapshot with no streamed text yet: its trailing agent messages are the answer,
+    /// joined per message id (the kernel streams a reply as many status messages of one id, which
+    /// the task's history keeps one by one), minus what an earlier snapshot of this run took.
     fn history_text(&mut self, task: &Value, out: &mut Out) {
         let Some(history) = task.get("history").and_then(Value::as_array) else {
             return;
@@ -367,16 +380,35 @@ impl Projection {
             .rev()
             .take_while(|m| m.get("role").and_then(Value::as_str) != Some("ROLE_USER"))
             .collect();
+        let mut whole: Vec<(String, String)> = Vec::new();
         for m in trailing.into_iter().rev() {
             let text = message_text(m);
-            if !text.is_empty() {
-                let id = m
-                    .get("messageId")
-                    .and_then(Value::as_str)
-                    .unwrap_or("history");
-                self.announce(out);
-                self.reply_text(id, &text, out);
+            if text.is_empty() {
+                continue;
             }
+            let id = m
+                .get("messageId")
+                .and_then(Value::as_str)
+                .unwrap_or("history");
+            match whole.iter_mut().find(|(known, _)| known == id) {
+                Some((_, joined)) => joined.push_str(&text),
+                None => whole.push((id.to_string(), text)),
+            }
+        }
+        for (id, text) in whole {
+            let taken = self.snapshot_taken.entry(id.clone()).or_default();
+            // A history cut short (`historyLength`) may no longer start with what was taken.
+            let Some(gained) = text.strip_prefix(taken.as_str()).map(str::to_string) else {
+                continue;
+            };
+            *taken = text;
+            if gained.is_empty() {
+                continue;
+            }
+            self.announce(out);
+            let before = self.spans.contents();
+            self.reply_text(&id, &gained, out);
+            self.snapshot_contents += self.spans.contents() - before;
         }
     }
 

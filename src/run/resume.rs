@@ -64,7 +64,8 @@ impl Run<'_> {
         let task_id = self.restore_session()?;
         let task = self.check_identity(&task_id)?;
         let fresh = self.unannounced_inputs(&task);
-        self.recover_pipeline(&task_id)?;
+        let since = self.execution().pipeline_sequence;
+        self.recover_pipeline(&task_id, since)?;
         if !fresh.is_empty() {
             return Break(self.interrupt(fresh));
         }
@@ -163,9 +164,8 @@ impl Run<'_> {
             .collect()
     }
 
-    /// Pipeline events this client missed, written before anything else happens.
-    fn recover_pipeline(&mut self, task_id: &str) -> ControlFlow<End> {
-        let since = self.execution().pipeline_sequence;
+    /// Pipeline events this client missed since `since`, written before anything else happens.
+    fn recover_pipeline(&mut self, task_id: &str, since: u64) -> ControlFlow<End> {
         match self.app.a2a.pipeline_state(task_id, since) {
             Ok(Some(state)) => {
                 self.proj.recover_pipeline(&state, &mut self.out);
@@ -218,8 +218,12 @@ impl Run<'_> {
     /// The answers, in the order given; the stream of the last one is read to the task's next
     /// end. Side waits only: each with a unary `SendMessage`, then the task followed.
     fn send_answers(&mut self, task_id: &str, answers: Vec<Answered>) -> End {
+        // The recovery cursor of the follow-up: where this run stood before the kernel went on
+        // (the reference's `recovery_after`). Events of the send/subscribe gap sit above it even
+        // when the subscription then shows later ones first.
+        let since = self.proj.durable().pipeline_sequence;
         if answers.iter().all(|a| a.sideband && a.is_permission()) {
-            return self.send_side_answers(task_id, answers);
+            return self.send_side_answers(task_id, answers, since);
         }
         let last = answers.len() - 1;
         for (i, answered) in answers.into_iter().enumerate() {
@@ -248,7 +252,7 @@ impl Run<'_> {
                     Some(end) => self.conclude(end),
                     // The answer's stream stopped short of an end (a pipeline runs on, the
                     // kernel sent only its acknowledgement): follow the task.
-                    None => self.follow(task_id),
+                    None => self.follow(task_id, since),
                 };
             }
         }
@@ -258,7 +262,7 @@ impl Run<'_> {
     /// Side waits (the reference's `_send_pipeline_permission_responses`): each answer a unary
     /// `SendMessage` with the permission data part (message id `agui-resume-<interruptId>`,
     /// the same on a retry), applied once the kernel answers it; then the task is followed.
-    fn send_side_answers(&mut self, task_id: &str, answers: Vec<Answered>) -> End {
+    fn send_side_answers(&mut self, task_id: &str, answers: Vec<Answered>, since: u64) -> End {
         for answered in answers {
             let Answer::Message {
                 parts,
@@ -282,14 +286,14 @@ impl Run<'_> {
             }
         }
         self.cancel_on_disconnect();
-        self.follow(task_id)
+        self.follow(task_id, since)
     }
 
     /// Follows a task that runs on (the reference's `_stream_after_sideband`): `GetTask` first
     /// (closing the send/subscribe race), then `SubscribeToTask`, then one more `GetTask` when
     /// the subscription stops short of an end; the pipeline events missed meanwhile are
     /// recovered before the end is announced.
-    fn follow(&mut self, task_id: &str) -> End {
+    fn follow(&mut self, task_id: &str, since: u64) -> End {
         let end = match self.task_end(task_id) {
             Ok(Some(end)) => Some(end),
             Ok(None) => match self.app.a2a.subscribe_to_task(task_id) {
@@ -309,7 +313,7 @@ impl Run<'_> {
                 Err(end) => return end,
             },
         };
-        if let Break(end) = self.recover_pipeline(task_id) {
+        if let Break(end) = self.recover_pipeline(task_id, since) {
             return end;
         }
         self.conclude(end)

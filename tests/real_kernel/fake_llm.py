@@ -72,9 +72,159 @@ def _text_of(content) -> str:
     return str(content)
 
 
-def decide(messages: list) -> dict:
+# --- the `selling` pipeline script (iac_code/pipeline/selling/pipeline.yaml) -------------------
+# Each step's system prompt starts with its prompt file's title (prompts/<step>.md); the script
+# answers each step with what its `complete_step` needs (complete_step_tool.py: the conclusion is
+# checked against the step's conclusion_schema and completion_guards only).
+PIPELINE_PROMPT = "部署一个网站"   # matches intent_parsing's first guard: ask_user_question required
+STEP_TITLES = (("# 步骤：意图解析", "intent_parsing"), ("# 步骤：架构规划", "architecture_planning"),
+               ("# 步骤：模板生成", "template_generating"), ("# 步骤：成本预估", "cost_estimating"),
+               ("# 步骤：方案确认与选择", "confirm_and_select"), ("# 步骤：部署", "deploying"))
+CANDIDATES = ("plan-a-single-ecs", "plan-b-ha-slb")
+TEMPLATE = "ROSTemplateFormatVersion: '2015-09-01'\nResources: {}\n"
+
+
+def _fill(schema, depth: int = 0):
+    """A value that satisfies `schema`'s required fields (types, const, enum, minItems)."""
+    if not isinstance(schema, dict) or depth > 8:
+        return "x"
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties") or {}
+        return {k: _fill(props.get(k), depth + 1) for k in schema.get("required") or []}
+    if kind == "array":
+        n = schema.get("minItems") or 0
+        return [_fill(schema.get("items"), depth + 1) for _ in range(n)]
+    if kind == "boolean":
+        return True
+    if kind in ("integer", "number"):
+        return 0
+    return "x"
+
+
+def _conclusion(tools: list, overlay: dict) -> dict:
+    """The step's conclusion: its complete_step schema's required fields, then `overlay`."""
+    schema = {}
+    for t in tools or []:
+        f = t.get("function") or t
+        if f.get("name") == "complete_step":
+            schema = ((f.get("parameters") or {}).get("properties") or {}).get("conclusion") or {}
+    out = _fill(schema) if schema else {}
+    props = schema.get("properties")
+    for k, v in overlay.items():
+        if props is None or k in props or schema.get("additionalProperties") is not False:
+            out[k] = v
+    return out
+
+
+def _complete(tools: list, overlay: dict) -> dict:
+    return _tool("complete_step", {"conclusion": _conclusion(tools, overlay)})
+
+
+def _tool(name: str, args: dict) -> dict:
+    return {"kind": "tool", "name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+
+
+def _step_of(messages: list):
+    for msg in messages:
+        if msg.get("role") == "system":
+            text = _text_of(msg.get("content"))
+            for title, step in STEP_TITLES:
+                if title in text:
+                    return step, text
+    return None, ""
+
+
+def _tool_calls_since_user(messages: list) -> list:
+    """Names of the assistant tool calls answered after the last user message, in order."""
+    names = []
+    for msg in reversed(messages or []):
+        if msg.get("role") == "user":
+            break
+        for call in msg.get("tool_calls") or []:
+            names.append((call.get("function") or {}).get("name"))
+    return list(reversed(names))
+
+
+def decide_pipeline(messages: list, tools: list):
+    step, system = _step_of(messages)
+    if step is None:
+        return None
+    reply = _decide_step(step, system, messages, tools)
+    if reply is not None and step in ("template_generating", "cost_estimating"):
+        reply["candidate"] = True
+    return reply
+
+
+def _decide_step(step: str, system: str, messages: list, tools: list):
+    done = _tool_calls_since_user(messages)
+    all_calls = [(c.get("function") or {}).get("name") for m in messages
+                 for c in (m.get("tool_calls") or [])]
+    if "complete_step" in done:
+        return {"kind": "text", "text": f"{step} done."}
+    if step == "intent_parsing":
+        if "ask_user_question" not in all_calls:
+            return _tool("ask_user_question", {
+                "question": "Which region?", "allow_free_text": True,
+                "options": [{"id": "cn-hangzhou", "label": "Hangzhou"},
+                            {"id": "cn-beijing", "label": "Beijing"}]})
+        return _complete(tools, {
+            "is_infra_intent": True, "confidence": "high", "cloud_platform": "aliyun",
+            "business_type": "website", "core_requirements": ["a small website"],
+            "hard_constraints": [], "resource_intents": [{"product": "ECS", "action": "create"}],
+            "non_functional": {"region_preference": "cn-hangzhou"},
+            "user_message_summary": "deploy a website", "clarification_choice": "cn-hangzhou"})
+    if step == "architecture_planning":
+        return _complete(tools, {"candidates": [
+            {"name": name, "output_path": f"{name}.yaml", "products": products,
+             "resource_intents": [{"product": p, "action": "create"} for p in products],
+             "hard_constraints": [], "topology": summary, "monthly_estimate": "100 CNY",
+             "pros": ["simple"], "cons": ["none"]}
+            for name, products, summary in (
+                (CANDIDATES[0], ["VPC", "VSwitch", "ECS"], "one ECS instance"),
+                (CANDIDATES[1], ["VPC", "VSwitch", "ECS", "SLB"], "two ECS behind an SLB"))]})
+    if step == "template_generating":
+        which = "a" if CANDIDATES[0] in system else "b"
+        cwd = None
+        m = CWD_IN_SYSTEM.search(system)
+        if m:
+            cwd = m.group(1).rstrip(".,;:`")
+        path = f"{(cwd or '/tmp').rstrip('/')}/template-{which}.yaml"
+        if which == "a" and "write_file" not in done:
+            return _tool("write_file", {"path": path, "content": TEMPLATE})
+        return _complete(tools, {"template": TEMPLATE, "file_path": path, "region": "cn-hangzhou",
+                                 "description": f"template of candidate {which}"})
+    if step == "cost_estimating":
+        return _complete(tools, {
+            "monthly_estimate": "100", "currency": "CNY",
+            "resources": [{"type": "ALIYUN::ECS::Instance", "cost": "100"}],
+            "template_fixed": False, "deployment_parameters": {}, "hard_constraint_checks": [],
+            "preview_validation": {"succeeded": False, "template_url": "template.yaml",
+                                   "error": "scripted test: no cloud account"}})
+    if step == "confirm_and_select":
+        options = [{"name": n, "summary": n, "candidate_index": i} for i, n in enumerate(CANDIDATES)]
+        if "complete_step" not in all_calls:
+            return _complete(tools, {"user_prompt": "Choose a plan:", "options": options})
+        return _complete(tools, {
+            "user_prompt": "Choose a plan:", "options": options, "user_input": "plan 0",
+            "selected_candidate_name": CANDIDATES[0], "selected_candidate_index": 0,
+            "selected_evaluated_candidate_index": 0})
+    if step == "deploying":
+        # no cloud account here: `failed` with its error is the one honest conclusion
+        # (skills/iac-aliyun-deploying: status success needs a ros_deploy CREATE_COMPLETE)
+        return _complete(tools, {"status": "failed", "error": "scripted test: no cloud account"})
+    return None
+
+
+def decide(messages: list, tools: list = None) -> dict:
     """Returns {"kind": "text", "text": ...[, "reasoning": ...]} or {"kind": "tool", "name", "arguments"}."""
-    scripted = normal_script(messages or [])  # the n* scenarios' scripts, keyed by [[script=...]]
+    scripted = decide_pipeline(messages, tools)
+    if scripted is None:  # the n* scenarios' scripts, keyed by [[script=...]]
+        scripted = normal_script(messages or [])
     if scripted is not None:
         return scripted
     saw_tool = False
@@ -120,15 +270,15 @@ LONG_LINE = ("Line {n:03d}: the stack keeps one VPC, two vSwitches and a NAT gat
              "出口带宽 {n} Mbps, tags env=test owner=agui \u2713.")
 
 
-def _tool(name: str, **arguments) -> dict:
+def _call(name: str, **arguments) -> dict:
     return {"name": name, "arguments": json.dumps(arguments)}
 
 
 def _script_two_writes(step, turn, cwd):
     if step == 0:
         return {"kind": "tool", "calls": [
-            _tool("write_file", path=f"{cwd}/one.txt", content="one\n"),
-            _tool("write_file", path=f"{cwd}/two.txt", content="two\n")]}
+            _call("write_file", path=f"{cwd}/one.txt", content="one\n"),
+            _call("write_file", path=f"{cwd}/two.txt", content="two\n")]}
     return {"kind": "text", "text": "Both files are written."}
 
 
@@ -136,20 +286,20 @@ def _script_bash(step, turn, cwd):
     # `touch` is not in iac-code's read-only list (tools/bash/readonly_commands.py), so the
     # kernel asks; the relative path stays inside the cwd (no path-constraint refusal)
     if step == 0:
-        return {"kind": "tool", "calls": [_tool("bash", command="touch made-by-bash.txt")]}
+        return {"kind": "tool", "calls": [_call("bash", command="touch made-by-bash.txt")]}
     return {"kind": "text", "text": "The command ran."}
 
 
 def _script_edit(step, turn, cwd):
     if step == 0:
-        return {"kind": "tool", "calls": [_tool("edit_file", path=f"{cwd}/notes.txt",
+        return {"kind": "tool", "calls": [_call("edit_file", path=f"{cwd}/notes.txt",
                                                 old_string="colour: red", new_string="colour: blue")]}
     return {"kind": "text", "text": "The edit was not made."}
 
 
 def _script_cancelled(step, turn, cwd):
     if step == 0:
-        return {"kind": "tool", "calls": [_tool("write_file", path=f"{cwd}/cancelled.txt",
+        return {"kind": "tool", "calls": [_call("write_file", path=f"{cwd}/cancelled.txt",
                                                 content="never\n")]}
     return {"kind": "text", "text": "Nothing was written."}
 
@@ -190,11 +340,13 @@ def normal_script(messages: list):
 # ---- end of the normal-mode scripts ---------------------------------------------------------
 
 
-def _next_call_id() -> str:
+def _next_call_id(reply: dict) -> str:
+    """`call_N`; a pipeline candidate step's calls are `call_N_candidate` (run.py tells the
+    parallel candidates' tool calls from the pipeline's own by it)."""
     global _counter
     with _counter_lock:
         _counter += 1
-        return f"call_{_counter}"
+        return f"call_{_counter}" + ("_candidate" if reply.get("candidate") else "")
 
 
 def _calls(reply: dict) -> list:
@@ -242,7 +394,7 @@ class Handler(BaseHTTPRequestHandler):
         if path not in ("/v1/chat/completions", "/chat/completions"):
             self._send_json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
-        reply = decide(req.get("messages") or [])
+        reply = decide(req.get("messages") or [], req.get("tools") or [])
         if _log_path:
             with _log_lock, open(_log_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"time": time.time(), "stream": bool(req.get("stream")),
@@ -258,7 +410,7 @@ class Handler(BaseHTTPRequestHandler):
     def _complete(self, reply, model, cid, created):
         if reply["kind"] == "tool":
             message = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": _next_call_id(), "type": "function",
+                "id": _next_call_id(reply), "type": "function",
                 "function": {"name": c["name"], "arguments": c["arguments"]}}
                 for c in _calls(reply)]}
             finish = "tool_calls"
@@ -290,7 +442,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if reply["kind"] == "tool":
                 for index, call in enumerate(_calls(reply)):
-                    call_id = _next_call_id()
+                    call_id = _next_call_id(reply)
                     chunk({"role": "assistant", "content": None, "tool_calls": [{
                         "index": index, "id": call_id, "type": "function",
                         "function": {"name": call["name"], "arguments": ""}}]})

@@ -18,6 +18,11 @@ and drives the adapter over HTTP/SSE through the scenarios below, printing PASS/
      roots; it refuses an unauthenticated call (401); a "think" turn streams REASONING_* events
   f  every AG-UI event of every stream validates with the ag-ui-protocol 1.0.0 pydantic models
   g  scenarios a and b through the reference adapter; event-type sequences compared with ours
+  p  the `selling` pipeline (runMode "pipeline"), scripted by fake_llm.py: intent parsing's
+     question -> answer -> architecture planning -> two candidates in parallel, candidate A's
+     write_file permission while the task is WORKING (allow once) -> cost estimating -> candidate
+     selection -> deploying -> pipeline_completed; each run compared with the reference adapter's
+     (REAL_KERNEL_PIPELINE=0 skips it; REAL_KERNEL_PIPELINE=only runs it alone)
   n1 two write_file calls in one LLM answer -> two interrupts in sequence -> both allow_once
   n2 bash -> allow_once -> the command ran; the next turn's same command is asked again
   n3 edit_file -> deny -> the file is unchanged
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import collections
 import difflib
 import http.client
 import json
@@ -500,6 +506,11 @@ class Env:
         self.ours = child
         return body
 
+    def ensure_reference(self):
+        if getattr(self, "reference", None) is None:
+            self.reference, _ = self.start_reference()
+        return self.reference
+
     def start_reference(self):
         iac = os.path.join(self.args.venv, "bin", "iac-code")
         child = start_child("reference", [iac, "agui", "--host", "127.0.0.1", "--port",
@@ -796,6 +807,152 @@ def scenario_e(sc: Scenario, env: Env, port: int):
 
 
 # --------------------------------------------------------------------------------------------
+# p: the `selling` pipeline (runMode "pipeline"), scripted by fake_llm.py's decide_pipeline
+# --------------------------------------------------------------------------------------------
+
+PIPELINE_PROMPT = "部署一个网站"   # fake_llm.PIPELINE_PROMPT: intent parsing must ask a question
+PIPELINE_MAX_RUNS = 8
+LOG_DIR = [tempfile.gettempdir()]
+
+
+def pipeline_input(thread, run, ros, cwd, text=None, resume=None) -> dict:
+    body = run_input(thread, run, ros, cwd, text=text, resume=resume)
+    body["forwardedProps"]["iacCode"].update({"runMode": "pipeline", "pipelineName": "selling"})
+    return body
+
+
+def answer_payload(it: dict) -> dict:
+    """The first answer the interrupt's responseSchema allows: allow_once, else the first option."""
+    schema = it.get("responseSchema") or {}
+    enum = (((schema.get("properties") or {}).get("decision")) or {}).get("enum") or []
+    if "allow_once" in enum:
+        return {"decision": "allow_once"}
+    for alt in schema.get("oneOf") or schema.get("anyOf") or []:
+        const = (((alt.get("properties") or {}).get("selectedId")) or {}).get("const")
+        if const is not None:
+            return {"selectedId": const}
+    return {"freeText": "ok"}
+
+
+def drive_pipeline(sc: Scenario, port: int, tag: str, cwd: str) -> list:
+    """Run 1, then one resume per interrupt round until the run ends without one (bounded)."""
+    thread, run, ros = ids(f"{tag}-p")
+    streams = [post_run(port, pipeline_input(thread, run, ros, cwd, text=PIPELINE_PROMPT),
+                        f"{tag}/p/run1")]
+    check_run_envelope(sc, streams[0], thread, run, f"{tag} run 1")
+    while streams[-1].outcome_type() == "interrupt" and len(streams) < PIPELINE_MAX_RUNS:
+        resume = [{"interruptId": it["id"], "status": "resolved", "payload": answer_payload(it)}
+                  for it in streams[-1].interrupts()]
+        sc.note(f"{tag} run {len(streams)}: {len(resume)} interrupt(s) "
+                f"{[(it.get('metadata') or {}).get('kind') for it in streams[-1].interrupts()]}, "
+                f"answers {[r['payload'] for r in resume]}")
+        run = f"run-{uuid.uuid4()}"
+        st = post_run(port, pipeline_input(thread, run, ros, cwd, resume=resume),
+                      f"{tag}/p/run{len(streams) + 1}")
+        check_run_envelope(sc, st, thread, run, f"{tag} run {len(streams) + 1}")
+        streams.append(st)
+    for st in streams:   # kept with --keep, for reading the differences
+        with open(os.path.join(LOG_DIR[0], st.label.replace("/", "-") + ".jsonl"), "w") as fh:
+            fh.writelines(raw + "\n" for raw in st.raw)
+    return streams
+
+
+CANDIDATE_HEX = re.compile(r"evaluate_candidate_([0-9a-f]{8})-(\d+)-")
+
+
+def normalise(events: list) -> list:
+    """One line per event: type, CUSTOM name, stepName/messageId/toolCallId/toolCallName, with
+    the candidate sub-pipeline ids replaced by the candidate's index and every other id by <id>
+    (tool call ids come from the fake LLM's global counter, whose order follows the parallel
+    candidates' timing)."""
+    blob = json.dumps(events)
+    cands = {h: f"c{i}" for h, i in CANDIDATE_HEX.findall(blob)}
+
+    def norm(value):
+        if not isinstance(value, str):
+            return value
+        value = re.sub(r"[0-9a-f]{8}", lambda m: cands.get(m.group(0), m.group(0)), value)
+        return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|"
+                      r"[0-9a-f]{16,}|call_\d+|agui-[\w-]+", "<id>", value)
+
+    out = []
+    for e in events:
+        t = e.get("type")
+        key = [t]
+        if t == "CUSTOM":
+            key.append(e.get("name"))
+            value = e.get("value") if isinstance(e.get("value"), dict) else {}
+            if value.get("eventType"):
+                key.append(f"eventType={value['eventType']}")
+            if value.get("candidate"):
+                key.append(f"(candidate {norm((value['candidate'] or {}).get('id'))})")
+        for k in ("stepName", "messageId", "toolCallId", "toolCallName"):
+            if k in e:
+                key.append(f"{k}={norm(e[k])}")
+        if str(e.get("toolCallId", "")).endswith("_candidate"):   # fake_llm._next_call_id
+            key.append("(candidate tool)")
+        out.append(" ".join(str(k) for k in key))
+    return out
+
+
+def compare_pipeline_run(i: int, ours: Stream, ref: Stream) -> list:
+    """Differences between two runs of the same script, as failure lines (empty = the same).
+
+    Compared: the multiset of normalised events, and the exact order of the events outside the
+    candidate sub-pipelines (the two candidates run in parallel, so their interleaving is timing).
+    On purpose: ours sends CUSTOM iac-code.session.v1 right after RUN_STARTED on every run (the
+    spec's order, checked by check_run_envelope); on a resume the reference sends it after the
+    first replayed pipeline events, so it is left out of the order comparison."""
+    a, b = normalise(ours.events), normalise(ref.events)
+    out = []
+    if sorted(a) != sorted(b):
+        missing = sorted((collections.Counter(b) - collections.Counter(a)).elements())
+        extra = sorted((collections.Counter(a) - collections.Counter(b)).elements())
+        out.append(f"run {i}: events only in the reference's: {missing[:20]}; only in ours: "
+                   f"{extra[:20]}")
+    lane = lambda ts: [t for t in ts if "candidate" not in t and SESSION_EVENT not in t]  # noqa: E731
+    if lane(a) != lane(b):
+        diff = list(difflib.unified_diff(lane(b), lane(a), "reference", "ours", lineterm="", n=1))
+        out.append(f"run {i}: the order of the pipeline's own events differs (- reference, + ours):"
+                   + "\n        " + "\n        ".join(diff[:40]))
+    return out
+
+
+def scenario_p(sc: Scenario, env: Env):
+    LOG_DIR[0] = env.logs
+    ours = drive_pipeline(sc, env.ours_port, "ours", env.cwd("ours-p"))
+    sc.streams = ours
+    for i, st in enumerate(ours, 1):
+        sc.note(f"ours run {i}: {st.summary()[:600]}")
+    steps = [e.get("stepName") for st in ours for e in st.all("STEP_STARTED")]
+    sc.note(f"ours steps: {steps}")
+    sc.expect("intent_parsing" in steps, f"no STEP_STARTED intent_parsing: {steps}")
+    for step in ("architecture_planning", "evaluate_candidates", "confirm_and_select", "deploying"):
+        sc.expect(step in steps, f"the pipeline did not reach {step}: {steps}")
+    kinds = [[(it.get("metadata") or {}).get("kind") for it in st.interrupts()] for st in ours]
+    sc.expect(kinds == [["ask_user_question"], ["permission"], ["candidate_selection"], []],
+              f"interrupts per run {kinds}, expected the question, candidate A's write_file "
+              "permission (the task WORKING), the candidate selection, then none")
+    sc.expect(ours[-1].outcome_type() == "success", f"last run: {ours[-1].summary()[-300:]}")
+    ends = [(e.get("value") or {}).get("eventType") for e in ours[-1].all("CUSTOM")
+            if e.get("name") == "iac-code.pipeline.v1"]
+    sc.expect(ends[-1:] == ["pipeline_completed"], f"last run's pipeline events {ends}")
+    sc.expect(os.path.isfile(os.path.join(env.cwd("ours-p"), "template-a.yaml")),
+              "candidate A's template-a.yaml was not written after allow_once")
+    if env.args.skip_reference:
+        sc.note("reference comparison skipped (--skip-reference)")
+        return
+    env.ensure_reference()
+    ref = drive_pipeline(Scenario("ref.p", "reference pipeline"), env.ref_port, "ref",
+                         env.cwd("ref-p"))
+    for i, st in enumerate(ref, 1):
+        sc.note(f"reference run {i}: {st.summary()[:600]}")
+    sc.expect(len(ours) == len(ref), f"ours took {len(ours)} runs, the reference {len(ref)}")
+    for i, (o, r) in enumerate(zip(ours, ref), 1):
+        sc.failures.extend(compare_pipeline_run(i, o, r))
+
+
+# --------------------------------------------------------------------------------------------
 # m: the default managed start (no --a2a-url), as a user runs it
 # --------------------------------------------------------------------------------------------
 
@@ -1033,7 +1190,8 @@ def scenario_g(sc: Scenario, env: Env, ours_a: Scenario, ours_b: Scenario, ours_
         sc.status = "SKIP"
         sc.note("the reference adapter (iac-code[agui]) is not installed")
         return
-    _, health = env.start_reference()
+    env.ensure_reference()
+    _, health = http_json(env.ref_port, "GET", "/health")
     sc.note(f"reference /health: {health}")
     ra = execute(Scenario("ref.a", "reference: text turn"), scenario_a, env, env.ref_port, "ref")
     rb = execute(Scenario("ref.b", "reference: write_file + allow_once"), scenario_b, env,
@@ -1590,6 +1748,12 @@ def main() -> int:
             print(f"FAIL setup: {exc}", flush=True)
             return 1
         port = env.ours_port
+        if os.environ.get("REAL_KERNEL_PIPELINE") == "only":   # the pipeline scenario alone
+            run_scenario("p", "selling pipeline (vs the reference)", scenario_p, env)
+            failed = [r for r in RESULTS if r.status == "FAIL"]
+            ok = not failed
+            print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+            return 0 if ok else 1
         sa = run_scenario("a", "text turn", scenario_a, env, port, "ours")
         sb = run_scenario("b", "write_file -> interrupt -> allow_once", scenario_b, env, port, "ours")
         run_scenario("c", "write_file -> interrupt -> deny", scenario_c, env, port)
@@ -1599,6 +1763,9 @@ def main() -> int:
                      port)
         run_scenario("m", "default managed kernel: token, thinking exposure, REASONING_*",
                      scenario_m, env)
+        if os.environ.get("REAL_KERNEL_PIPELINE") != "0":   # REAL_KERNEL_PIPELINE=0 skips it
+            run_scenario("p", "selling pipeline: question, side permission, candidates, selection,"
+                              " deploying (vs the reference)", scenario_p, env)
         if args.skip_reference:
             sg = Scenario("g", "reference adapter comparison")
             sg.status = "SKIP"

@@ -163,10 +163,11 @@ fn stop_cancelled(out: &mut Out, vars: &Vars) -> std::io::Result<Next> {
     Ok(Next::Stop)
 }
 
-/// A recorded or literal `result`; an ending status also becomes the task's state.
+/// A recorded or literal `result`; an ending status also becomes the task's state, before the
+/// item is sent (as the A2A SDK saves the task before the client sees the event: a client that
+/// reacts to the end at once finds the task ended).
 fn item(state: &State, out: &mut Out, vars: &Vars, v: &Value) -> std::io::Result<Next> {
     crate::pipeline::log_streamed(state, vars, v);
-    emit(out, vars, v)?;
     if let Some(st) = v
         .pointer("/statusUpdate/status/state")
         .and_then(Value::as_str)
@@ -175,6 +176,7 @@ fn item(state: &State, out: &mut Out, vars: &Vars, v: &Value) -> std::io::Result
             set_state(state, &vars.task, st);
         }
     }
+    emit(out, vars, v)?;
     Ok(Next::Continue)
 }
 
@@ -192,11 +194,7 @@ fn agent_status(
     }
     let mut iac = iac.clone();
     iac["iacCodeSessionId"] = json!("$SESSION");
-    emit(
-        out,
-        vars,
-        &json!({"statusUpdate": {"taskId": "$TASK", "contextId": "$CTX", "status": status, "metadata": {"iac_code": iac}}}),
-    )?;
+    // An end is the task's state before the client sees it (see `item`).
     if st.ends_with("COMPLETED")
         || st.ends_with("FAILED")
         || st.ends_with("CANCELED")
@@ -204,6 +202,11 @@ fn agent_status(
     {
         set_state(state, &vars.task, st);
     }
+    emit(
+        out,
+        vars,
+        &json!({"statusUpdate": {"taskId": "$TASK", "contextId": "$CTX", "status": status, "metadata": {"iac_code": iac}}}),
+    )?;
     Ok(Next::Continue)
 }
 
@@ -306,8 +309,8 @@ fn rpc_error(
     msg: &str,
 ) -> std::io::Result<Next> {
     let line = json!({"jsonrpc": "2.0", "id": vars.id, "error": {"code": code, "message": msg}});
-    out.write_all(format!("data: {line}\n\n").as_bytes())?;
     set_state(state, &vars.task, "TASK_STATE_FAILED");
+    out.write_all(format!("data: {line}\n\n").as_bytes())?;
     Ok(Next::Stop)
 }
 
