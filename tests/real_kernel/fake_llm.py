@@ -21,6 +21,10 @@ The reply is decided from the conversation, the way iac-code 0.16.0 (provider
   ``OpenAIProvider._extract_reasoning_text`` reads and turns into thinking, which the kernel
   exposes with ``--thinking-exposure all``).
 
+A user message carrying ``[[script=NAME]]`` is answered by the script NAME instead (the
+normal-mode scenarios n1-n6 of run.py: two write_file calls in one answer, a bash command, an
+edit_file call, a write to be cancelled, a multi-turn conversation, a long answer); see SCRIPTS.
+
 Every request is appended (as one JSON line) to ``--log FILE`` when given, for debugging.
 
 Usage: fake_llm.py --port PORT [--log FILE]
@@ -219,6 +223,8 @@ def _decide_step(step: str, system: str, messages: list, tools: list):
 def decide(messages: list, tools: list = None) -> dict:
     """Returns {"kind": "text", "text": ...[, "reasoning": ...]} or {"kind": "tool", "name", "arguments"}."""
     scripted = decide_pipeline(messages, tools)
+    if scripted is None:  # the n* scenarios' scripts, keyed by [[script=...]]
+        scripted = normal_script(messages or [])
     if scripted is not None:
         return scripted
     saw_tool = False
@@ -253,6 +259,87 @@ def decide(messages: list, tools: list = None) -> dict:
     return {"kind": "text", "text": TEXT_REPLY}
 
 
+# ---- normal-mode scripts (issue 14 item 7; run.py scenarios n1-n6) --------------------------
+# A user message carrying [[script=NAME]] is answered by SCRIPTS[NAME](step, turn, cwd), where
+# step = the number of `tool` messages after that user message (0: first LLM call of the turn)
+# and turn = the number of user messages in the conversation (1 on the first turn). The kernel
+# runs write tools one at a time (iac_code.tools.tool_executor: only read-only calls run
+# concurrently), so one answer with two write_file calls asks for permission twice, in sequence.
+SCRIPT_MARKER = re.compile(r"\[\[script=([a-z0-9-]+)\]\]")
+LONG_LINE = ("Line {n:03d}: the stack keeps one VPC, two vSwitches and a NAT gateway; "
+             "出口带宽 {n} Mbps, tags env=test owner=agui \u2713.")
+
+
+def _call(name: str, **arguments) -> dict:
+    return {"name": name, "arguments": json.dumps(arguments)}
+
+
+def _script_two_writes(step, turn, cwd):
+    if step == 0:
+        return {"kind": "tool", "calls": [
+            _call("write_file", path=f"{cwd}/one.txt", content="one\n"),
+            _call("write_file", path=f"{cwd}/two.txt", content="two\n")]}
+    return {"kind": "text", "text": "Both files are written."}
+
+
+def _script_bash(step, turn, cwd):
+    # `touch` is not in iac-code's read-only list (tools/bash/readonly_commands.py), so the
+    # kernel asks; the relative path stays inside the cwd (no path-constraint refusal)
+    if step == 0:
+        return {"kind": "tool", "calls": [_call("bash", command="touch made-by-bash.txt")]}
+    return {"kind": "text", "text": "The command ran."}
+
+
+def _script_edit(step, turn, cwd):
+    if step == 0:
+        return {"kind": "tool", "calls": [_call("edit_file", path=f"{cwd}/notes.txt",
+                                                old_string="colour: red", new_string="colour: blue")]}
+    return {"kind": "text", "text": "The edit was not made."}
+
+
+def _script_cancelled(step, turn, cwd):
+    if step == 0:
+        return {"kind": "tool", "calls": [_call("write_file", path=f"{cwd}/cancelled.txt",
+                                                content="never\n")]}
+    return {"kind": "text", "text": "Nothing was written."}
+
+
+def _script_multi_turn(step, turn, cwd):
+    # the turn number counts the user messages the kernel sends: it proves the session history
+    return {"kind": "text", "text": f"Turn {turn}: noted, {turn} message(s) so far."}
+
+
+def _script_long(step, turn, cwd):
+    # four lines per chunk (not one word per chunk): 60 chunks of about 440 bytes, so that the
+    # turn stays short on a busy machine (the kernel's cost is per chunk, not per byte)
+    text = "\n".join(LONG_LINE.format(n=n) for n in range(1, 241))
+    lines = text.splitlines(keepends=True)
+    return {"kind": "text", "text": text,
+            "chunks": ["".join(lines[i:i + 4]) for i in range(0, len(lines), 4)]}
+
+
+SCRIPTS = {"two-writes": _script_two_writes, "bash-once": _script_bash, "edit-deny": _script_edit,
+           "cancelled": _script_cancelled, "multi-turn": _script_multi_turn, "long": _script_long}
+
+
+def normal_script(messages: list):
+    last_user, step = None, 0
+    for msg in reversed(messages):
+        if msg.get("role") == "tool":
+            step += 1
+        if msg.get("role") == "user":
+            last_user = _text_of(msg.get("content"))
+            break
+    m = SCRIPT_MARKER.search(last_user or "")
+    if m is None or m.group(1) not in SCRIPTS:
+        return None
+    cwd_m = CWD_MARKER.search(last_user)
+    cwd = (cwd_m.group(1).strip() if cwd_m else "/tmp").rstrip("/") or "/"
+    turn = sum(1 for msg in messages if msg.get("role") == "user")
+    return SCRIPTS[m.group(1)](step, turn, cwd)
+# ---- end of the normal-mode scripts ---------------------------------------------------------
+
+
 def _next_call_id(reply: dict) -> str:
     """`call_N`; a pipeline candidate step's calls are `call_N_candidate` (run.py tells the
     parallel candidates' tool calls from the pipeline's own by it)."""
@@ -260,6 +347,11 @@ def _next_call_id(reply: dict) -> str:
     with _counter_lock:
         _counter += 1
         return f"call_{_counter}" + ("_candidate" if reply.get("candidate") else "")
+
+
+def _calls(reply: dict) -> list:
+    """The tool calls of a "tool" reply: `calls`, or the single `name`/`arguments`."""
+    return reply.get("calls") or [{"name": reply["name"], "arguments": reply["arguments"]}]
 
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
@@ -319,7 +411,8 @@ class Handler(BaseHTTPRequestHandler):
         if reply["kind"] == "tool":
             message = {"role": "assistant", "content": None, "tool_calls": [{
                 "id": _next_call_id(reply), "type": "function",
-                "function": {"name": reply["name"], "arguments": reply["arguments"]}}]}
+                "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in _calls(reply)]}
             finish = "tool_calls"
         else:
             message = {"role": "assistant", "content": reply["text"]}
@@ -348,22 +441,23 @@ class Handler(BaseHTTPRequestHandler):
 
         try:
             if reply["kind"] == "tool":
-                call_id = _next_call_id(reply)
-                chunk({"role": "assistant", "content": None, "tool_calls": [{
-                    "index": 0, "id": call_id, "type": "function",
-                    "function": {"name": reply["name"], "arguments": ""}}]})
-                args = reply["arguments"]
-                half = len(args) // 2
-                for piece in (args[:half], args[half:]):
-                    chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+                for index, call in enumerate(_calls(reply)):
+                    call_id = _next_call_id(reply)
+                    chunk({"role": "assistant", "content": None, "tool_calls": [{
+                        "index": index, "id": call_id, "type": "function",
+                        "function": {"name": call["name"], "arguments": ""}}]})
+                    args = call["arguments"]
+                    half = len(args) // 2
+                    for piece in (args[:half], args[half:]):
+                        chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
                 chunk({}, finish="tool_calls")
             else:
                 chunk({"role": "assistant", "content": ""})
                 if reply.get("reasoning"):
                     for word in reply["reasoning"].split(" "):
                         chunk({"reasoning_content": word + " "})
-                for word in reply["text"].split(" "):
-                    chunk({"content": word + " "})
+                for piece in reply.get("chunks") or [w + " " for w in reply["text"].split(" ")]:
+                    chunk({"content": piece})
                 chunk({}, finish="stop")
             chunk(None, usage=USAGE, choices=False)
             self.wfile.write(b"data: [DONE]\n\n")

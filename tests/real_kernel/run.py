@@ -23,6 +23,14 @@ and drives the adapter over HTTP/SSE through the scenarios below, printing PASS/
      write_file permission while the task is WORKING (allow once) -> cost estimating -> candidate
      selection -> deploying -> pipeline_completed; each run compared with the reference adapter's
      (REAL_KERNEL_PIPELINE=0 skips it; REAL_KERNEL_PIPELINE=only runs it alone)
+  n1 two write_file calls in one LLM answer -> two interrupts in sequence -> both allow_once
+  n2 bash -> allow_once -> the command ran; the next turn's same command is asked again
+  n3 edit_file -> deny -> the file is unchanged
+  n4 write_file -> the interrupt answered status "cancelled" -> handled as deny
+  n5 three turns on one thread: the kernel's session carries the conversation
+  n6 a long answer (26 KB, non-ASCII) arrives whole
+     n1-n6 run on ours, then on the reference adapter; every stream is compared with the
+     reference's event by event, ids and the cwd normalised (deliberate differences named)
 
 Exit status: 0 when every scenario passed, 1 otherwise, 3 on the global timeout.
 Every child runs in its own process group and is killed on exit, on failure and on a signal.
@@ -54,6 +62,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 LLM_TEXT = "Here is a VPC template outline: one VPC, two vSwitches."
 LLM_AFTER_TOOL = "Done: the file has been handled."
+LLM_LONG_LINE = ("Line {n:03d}: the stack keeps one VPC, two vSwitches and a NAT gateway; "
+                 "出口带宽 {n} Mbps, tags env=test owner=agui \u2713.")  # fake_llm.LONG_LINE
 LLM_THINKING = "The user wants a VPC; two vSwitches in two zones is the usual layout."
 REASONING_TYPES = ("REASONING_START", "REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
                    "REASONING_MESSAGE_END", "REASONING_END")
@@ -509,6 +519,7 @@ class Env:
                                           "--state-dir", self.state_ref],
                             self.base_env, self.tmp, self.logs)
         body = wait_health(self.ref_port, child, timeout=60)
+        self.ref_child = child
         return child, body
 
 
@@ -1215,6 +1226,479 @@ def scenario_g(sc: Scenario, env: Env, ours_a: Scenario, ours_b: Scenario, ours_
 
 
 # --------------------------------------------------------------------------------------------
+# n1-n6: more normal-mode turns (issue 14 item 7). Each runs on our adapter, then with the same
+# script (fake_llm.py, [[script=...]]) on the reference adapter, and every stream is compared
+# with the reference's event by event, ids and the cwd normalised (compare_normalised).
+# --------------------------------------------------------------------------------------------
+
+# Where our stream differs from the reference's on purpose: (regex on "<event type> <field path>"
+# or "<event type>" for an event only one side sends, why). Printed as notes, never failures.
+DELIBERATE_DIFFERENCES = [
+    (r"^RUN_FINISHED outcome\.interrupts\[\d+\]\.expiresAt$",
+     "ours carries expiresAt on the interrupt, as the spec's example does; the reference's has none"),
+]
+# the field names whose string values are identifiers (each side numbers them by first use)
+ID_KEYS = {"id", "threadId", "runId", "parentRunId", "messageId", "parentMessageId", "toolCallId",
+           "interruptId", "executionId", "contextId", "taskId", "sessionId", "rosInvocationId",
+           "aguiRunId", "requestTaskId", "inputId", "toolUseId"}
+
+
+def is_id_key(key) -> bool:
+    return isinstance(key, str) and (key in ID_KEYS or key.endswith("Id"))
+
+
+CHUNKED = {"TEXT_MESSAGE_CONTENT": "messageId", "TOOL_CALL_ARGS": "toolCallId",
+           "REASONING_MESSAGE_CONTENT": "messageId"}
+
+
+def script_prompt(script: str, cwd: str, text: str) -> str:
+    return f"{text} [[script={script}]] [[cwd={cwd}]]"
+
+
+def keep(sc: Scenario, st: Stream) -> Stream:
+    """Records a stream of the scenario, for the comparison with the reference's."""
+    if not hasattr(sc, "streams"):
+        sc.streams = []
+    sc.streams.append(st)
+    return st
+
+
+def fold_chunks(events: list) -> list:
+    """Consecutive *_CONTENT / TOOL_CALL_ARGS events of one message or call merged into one
+    (how a delta stream is cut is not part of the comparison)."""
+    out = []
+    for e in events:
+        key = CHUNKED.get(e.get("type"))
+        prev = out[-1] if out else None
+        if key and prev is not None and prev.get("type") == e.get("type") \
+                and prev.get(key) == e.get(key):
+            prev["delta"] = prev.get("delta", "") + e.get("delta", "")
+            continue
+        out.append(dict(e))
+    return out
+
+
+class Normaliser:
+    """Replaces identifiers by <id:N> (numbered by first use on that side) and the scenario's
+    cwd by <cwd>; drops timestamps. One per side and scenario, so that ids keep their identity
+    across the streams of a scenario (run 1's interrupt id is the resume's interruptId)."""
+
+    def __init__(self, cwd: str):
+        self.cwd = cwd
+        self.ids: dict = {}
+
+    def _id(self, value: str) -> str:
+        if value not in self.ids:
+            self.ids[value] = f"<id:{len(self.ids) + 1}>"
+        return self.ids[value]
+
+    def _collect(self, obj, key=None):
+        # sorted keys: the numbering must not depend on the order a side writes its fields in
+        if isinstance(obj, dict):
+            for k in sorted(obj):
+                self._collect(obj[k], k)
+        elif isinstance(obj, list):
+            for v in obj:
+                self._collect(v, key)
+        elif isinstance(obj, str) and is_id_key(key) and obj:
+            self._id(obj)
+
+    def _apply(self, obj, key=None):
+        if isinstance(obj, dict):
+            return {k: self._apply(v, k) for k, v in obj.items() if k not in ("timestamp",)}
+        if isinstance(obj, list):
+            return [self._apply(v, key) for v in obj]
+        if isinstance(obj, str):
+            if is_id_key(key) and obj:
+                return self._id(obj)
+            text = obj.replace(self.cwd, "<cwd>")
+            for value, token in self.ids.items():
+                if len(value) >= 8 and value in text:
+                    text = text.replace(value, token)
+            return text
+        return obj
+
+    def events(self, st: Stream) -> list:
+        folded = fold_chunks(st.events)
+        self._collect(folded)
+        return [self._apply(e) for e in folded]
+
+
+def field_diffs(a, b, path="") -> list:
+    """(path, ours, reference) for every leaf where a (ours) and b (reference) differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in list(a) + [k for k in b if k not in a]:
+            p = f"{path}.{k}" if path else k
+            if k not in a:
+                out.append((p, "<absent>", b[k]))
+            elif k not in b:
+                out.append((p, a[k], "<absent>"))
+            else:
+                out += field_diffs(a[k], b[k], p)
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += field_diffs(x, y, f"{path}[{i}]")
+        return out
+    return [] if a == b else [(path, a, b)]
+
+
+def event_token(e: dict) -> str:
+    t = e.get("type")
+    return f"CUSTOM:{e.get('name')}" if t == "CUSTOM" else t
+
+
+def compare_normalised(sc: Scenario, name: str, ours: list, ref: list) -> None:
+    """Compares two normalised event lists event by event; an unexplained difference fails `sc`,
+    a deliberate one (DELIBERATE_DIFFERENCES) is printed with its reason."""
+    def deliberate(what: str):
+        for pattern, why in DELIBERATE_DIFFERENCES:
+            if re.search(pattern, what):
+                return why
+        return None
+
+    def short(v) -> str:
+        text = json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else repr(v)
+        return text if len(text) <= 160 else text[:157] + "..."
+
+    ta, tb = [event_token(e) for e in ours], [event_token(e) for e in ref]
+    unexplained, explained = [], []
+    matcher = difflib.SequenceMatcher(a=ta, b=tb, autojunk=False)
+    for op, a0, a1, b0, b1 in matcher.get_opcodes():
+        if op == "equal":
+            for i, j in zip(range(a0, a1), range(b0, b1)):
+                for path, x, y in field_diffs(ours[i], ref[j]):
+                    what = f"{ta[i]} {path}"
+                    line = f"#{i} {what}: ours {short(x)}, reference {short(y)}"
+                    why = deliberate(what)
+                    (explained if why else unexplained).append(line + (f" ({why})" if why else ""))
+            continue
+        for i in range(a0, a1):
+            why = deliberate(ta[i])
+            (explained if why else unexplained).append(f"#{i} {ta[i]} only in ours"
+                                                       + (f" ({why})" if why else ""))
+        for j in range(b0, b1):
+            why = deliberate(tb[j])
+            (explained if why else unexplained).append(f"reference #{j} {tb[j]} not in ours"
+                                                       + (f" ({why})" if why else ""))
+    summary = " ".join(compact_tokens(ours))
+    if not unexplained and not explained:
+        sc.note(f"{name}: identical to the reference's after normalisation: {summary}")
+    elif not unexplained:
+        sc.note(f"{name}: same as the reference's but for deliberate differences: {summary}")
+    for line in explained:
+        sc.note(f"{name}: deliberate: {line}")
+    for line in unexplained:
+        sc.note(f"{name}: DIFFERS: {line}")
+    sc.expect(not unexplained, f"{name}: {len(unexplained)} unexplained difference(s) from the "
+                               f"reference's stream, first: {unexplained[:1]}")
+
+
+def reference_port(env: Env):
+    """The reference adapter's port (started here when scenario g did not), or None."""
+    if env.args.skip_reference:
+        return None
+    child = getattr(env, "ref_child", None)
+    if child is not None and child.alive():
+        return env.ref_port
+    probe = subprocess.run([os.path.join(env.args.venv, "bin", "python"), "-c",
+                            "import iac_code.agui.app"], capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        return None
+    env.start_reference()
+    return env.ref_port
+
+
+def run_compared(key: str, title: str, fn, env: Env, port: int) -> Scenario:
+    """Scenario `key`: `fn` on our adapter, then on the reference, streams compared."""
+    def both(sc: Scenario):
+        fn(sc, env, port, "ours")
+        ref_port = reference_port(env)
+        if ref_port is None:
+            sc.note("no reference adapter (skipped or not installed): not compared")
+            return
+        rs = execute(Scenario(f"ref.{key}", f"reference: {title}"), fn, env, ref_port, "ref")
+        if rs.failures:
+            sc.note(f"the reference adapter does NOT pass {key}'s assertions: "
+                    + "; ".join(rs.failures)[:800])
+        mine, theirs = getattr(sc, "streams", []), getattr(rs, "streams", [])
+        sc.expect(len(mine) == len(theirs),
+                  f"{len(mine)} streams of ours, {len(theirs)} of the reference's")
+        n_ours, n_ref = Normaliser(env.cwd(f"ours-{key}")), Normaliser(env.cwd(f"ref-{key}"))
+        for o, r in zip(mine, theirs):
+            name = o.label.split("/", 1)[1]  # "n1/run1"
+            if not (o.is_sse and r.is_sse):
+                sc.expect(o.status == r.status, f"{name}: ours {o.summary()}, reference "
+                                                f"{r.summary()}")
+                continue
+            compare_normalised(sc, name, n_ours.events(o), n_ref.events(r))
+
+    return run_scenario(key, title, both)
+
+
+def expect_permission(sc: Scenario, st: Stream, tool: str, call_id, what: str) -> dict:
+    """RUN_FINISHED interrupt with one permission interrupt for `tool`, returns it."""
+    sc.require(st.outcome_type() == "interrupt",
+               f"{what}: expected RUN_FINISHED outcome interrupt, got {st.summary()}")
+    intr = st.interrupts()
+    sc.require(len(intr) == 1, f"{what}: expected one interrupt, got {len(intr)}: {intr}")
+    it = intr[0]
+    meta = it.get("metadata") or {}
+    sc.expect(it.get("reason") == "tool_call" and meta.get("kind") == "permission"
+              and meta.get("toolName") == tool,
+              f"{what}: interrupt reason/kind/toolName {it.get('reason')}/{meta.get('kind')}/"
+              f"{meta.get('toolName')}, expected tool_call/permission/{tool}")
+    if call_id is not None:
+        sc.expect(it.get("toolCallId") == call_id,
+                  f"{what}: interrupt toolCallId {it.get('toolCallId')!r}, expected {call_id!r}")
+    return it
+
+
+def tool_calls(st: Stream) -> list:
+    """(toolCallId, toolCallName, parsed arguments) of the stream's tool calls, in order."""
+    out = []
+    for start in st.all("TOOL_CALL_START"):
+        cid = start.get("toolCallId")
+        args = "".join(e.get("delta", "") for e in st.all("TOOL_CALL_ARGS")
+                       if e.get("toolCallId") == cid)
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            parsed = args
+        out.append((cid, start.get("toolCallName"), parsed))
+    return out
+
+
+def tool_result(st: Stream, call_id) -> str:
+    results = [e for e in st.all("TOOL_CALL_RESULT") if e.get("toolCallId") == call_id]
+    return str(results[0].get("content")) if len(results) == 1 else None
+
+
+def resume_run(sc: Scenario, port: int, thread: str, ros: str, cwd: str, it: dict, label: str,
+               decision: str = None, first: Stream = None) -> Stream:
+    """A resume answering `it` (status cancelled when decision is None); same execution."""
+    run = f"run-{uuid.uuid4()}"
+    resume = answer(it["id"], decision) if decision is not None else \
+        [{"interruptId": it["id"], "status": "cancelled"}]
+    st = keep(sc, post_run(port, run_input(thread, run, ros, cwd, resume=resume), label))
+    check_run_envelope(sc, st, thread, run, label)
+    if first is not None:
+        for key in ("executionId", "taskId", "contextId", "sessionId"):
+            sc.expect(st.session().get(key) == first.session().get(key),
+                      f"{label}: {SESSION_EVENT}.{key} differs from run 1's")
+    return st
+
+
+def scenario_n1(sc: Scenario, env: Env, port: int, tag: str):
+    """Two write_file calls in one LLM answer: the kernel asks twice, one interrupt per run."""
+    thread, run, ros = ids(f"{tag}-n1")
+    cwd = env.cwd(f"{tag}-n1")
+    one, two = os.path.join(cwd, "one.txt"), os.path.join(cwd, "two.txt")
+    st = keep(sc, post_run(port, run_input(thread, run, ros, cwd, script_prompt(
+        "two-writes", cwd, "Create one.txt and two.txt.")), f"{tag}/n1/run1"))
+    check_run_envelope(sc, st, thread, run, "run 1")
+    calls = tool_calls(st)
+    sc.note(f"{tag} run 1: {st.summary()}")
+    sc.require(len(calls) == 2 and all(name == "write_file" for _, name, _ in calls),
+               f"run 1: expected two write_file calls, got {calls}")
+    sc.expect([c[2].get("path") if isinstance(c[2], dict) else None for c in calls] == [one, two],
+              f"run 1: tool-call paths {[c[2] for c in calls]}")
+    it1 = expect_permission(sc, st, "write_file", calls[0][0], "run 1")
+    sc.expect(not os.path.exists(one) and not os.path.exists(two), "run 1: a file exists already")
+    st2 = resume_run(sc, port, thread, ros, cwd, it1, f"{tag}/n1/resume1", "allow_once", st)
+    sc.note(f"{tag} resume 1: {st2.summary()}")
+    it2 = expect_permission(sc, st2, "write_file", calls[1][0], "resume 1")
+    sc.expect(it2.get("id") != it1.get("id"), "resume 1: the second interrupt reuses the first id")
+    # the kernel asks for every call of one LLM answer before it runs any of them
+    # (iac_code/agent/agent_loop.py: permission_requests, then allowed_requests): nothing is
+    # written and no TOOL_CALL_RESULT is sent until the second answer
+    sc.expect(not st2.all("TOOL_CALL_RESULT"), f"resume 1: a tool result before the second "
+                                               f"answer: {st2.summary()}")
+    sc.expect(not os.path.exists(one) and not os.path.exists(two),
+              "resume 1: a file was written before the second permission was answered")
+    st3 = resume_run(sc, port, thread, ros, cwd, it2, f"{tag}/n1/resume2", "allow_once", st)
+    sc.note(f"{tag} resume 2: {st3.summary()}")
+    sc.expect(st3.outcome_type() == "success", f"resume 2: outcome {st3.outcome_type()}")
+    sc.expect("Successfully wrote" in str(tool_result(st3, calls[1][0])),
+              f"resume 2: result of the second call {tool_result(st3, calls[1][0])!r}")
+    check_text_message(sc, st3, "Both files are written.", "resume 2")
+    for path, content in ((one, "one\n"), (two, "two\n")):
+        sc.expect(os.path.isfile(path) and open(path, encoding="utf-8").read() == content,
+                  f"after resume 2: {path} does not hold {content!r}")
+
+
+def scenario_n2(sc: Scenario, env: Env, port: int, tag: str):
+    """bash allowed once: the command runs; the next turn's same command is asked again."""
+    thread, run, ros = ids(f"{tag}-n2")
+    cwd = env.cwd(f"{tag}-n2")
+    made = os.path.join(cwd, "made-by-bash.txt")
+    prompt = script_prompt("bash-once", cwd, "Run touch made-by-bash.txt.")
+    st = keep(sc, post_run(port, run_input(thread, run, ros, cwd, prompt), f"{tag}/n2/run1"))
+    check_run_envelope(sc, st, thread, run, "run 1")
+    calls = tool_calls(st)
+    sc.require(len(calls) == 1 and calls[0][1] == "bash", f"run 1: expected one bash call: {calls}")
+    sc.expect(isinstance(calls[0][2], dict) and calls[0][2].get("command") == "touch made-by-bash.txt",
+              f"run 1: bash arguments {calls[0][2]!r}")
+    it = expect_permission(sc, st, "bash", calls[0][0], "run 1")
+    sc.expect(not os.path.exists(made), "run 1: the command ran before any permission")
+    st2 = resume_run(sc, port, thread, ros, cwd, it, f"{tag}/n2/resume", "allow_once", st)
+    sc.expect(st2.outcome_type() == "success", f"resume: outcome {st2.outcome_type()}")
+    result = tool_result(st2, calls[0][0])
+    sc.expect(result is not None and "Exit code: 0" in result, f"resume: bash result {result!r}")
+    check_text_message(sc, st2, "The command ran.", "resume")
+    sc.expect(os.path.isfile(made), "resume: made-by-bash.txt does not exist")
+    # "once": the permission was not remembered, the next turn asks again (answered deny)
+    if os.path.isfile(made):
+        os.remove(made)
+    run3, ros3 = f"run-{uuid.uuid4()}", f"inv-{uuid.uuid4().hex[:12]}"
+    st3 = keep(sc, post_run(port, run_input(thread, run3, ros3, cwd, prompt), f"{tag}/n2/turn2"))
+    check_run_envelope(sc, st3, thread, run3, "turn 2")
+    calls3 = tool_calls(st3)
+    it3 = expect_permission(sc, st3, "bash", calls3[0][0] if calls3 else None,
+                            "turn 2 (allow_once is not remembered)")
+    st4 = resume_run(sc, port, thread, ros3, cwd, it3, f"{tag}/n2/turn2-resume", "deny", st3)
+    sc.expect(st4.outcome_type() == "success", f"turn 2 resume: outcome {st4.outcome_type()}")
+    sc.expect(not os.path.exists(made), "turn 2: the denied command ran")
+
+
+def scenario_n3(sc: Scenario, env: Env, port: int, tag: str):
+    """edit_file denied: the kernel's denial is the tool result, the file is unchanged."""
+    thread, run, ros = ids(f"{tag}-n3")
+    cwd = env.cwd(f"{tag}-n3")
+    notes = os.path.join(cwd, "notes.txt")
+    with open(notes, "w", encoding="utf-8") as fh:
+        fh.write("colour: red\n")
+    st = keep(sc, post_run(port, run_input(thread, run, ros, cwd, script_prompt(
+        "edit-deny", cwd, "Change the colour in notes.txt to blue.")), f"{tag}/n3/run1"))
+    check_run_envelope(sc, st, thread, run, "run 1")
+    calls = tool_calls(st)
+    sc.require(len(calls) == 1 and calls[0][1] == "edit_file",
+               f"run 1: expected one edit_file call: {calls}")
+    it = expect_permission(sc, st, "edit_file", calls[0][0], "run 1")
+    st2 = resume_run(sc, port, thread, ros, cwd, it, f"{tag}/n3/resume", "deny", st)
+    sc.expect(st2.outcome_type() == "success", f"resume: outcome {st2.outcome_type()}")
+    result = tool_result(st2, calls[0][0])
+    sc.expect(result is not None and "denied" in result, f"resume: edit result {result!r}")
+    check_text_message(sc, st2, "The edit was not made.", "resume")
+    with open(notes, encoding="utf-8") as fh:
+        sc.expect(fh.read() == "colour: red\n", "after deny: notes.txt was edited")
+
+
+def scenario_n4(sc: Scenario, env: Env, port: int, tag: str):
+    """A permission interrupt answered status "cancelled" (no payload): handled as deny."""
+    thread, run, ros = ids(f"{tag}-n4")
+    cwd = env.cwd(f"{tag}-n4")
+    st = keep(sc, post_run(port, run_input(thread, run, ros, cwd, script_prompt(
+        "cancelled", cwd, "Create cancelled.txt.")), f"{tag}/n4/run1"))
+    check_run_envelope(sc, st, thread, run, "run 1")
+    calls = tool_calls(st)
+    sc.require(len(calls) == 1, f"run 1: expected one tool call: {calls}")
+    it = expect_permission(sc, st, "write_file", calls[0][0], "run 1")
+    st2 = resume_run(sc, port, thread, ros, cwd, it, f"{tag}/n4/resume-cancelled", None, st)
+    sc.note(f"{tag} cancelled answer: {st2.summary()}")
+    sc.expect(st2.outcome_type() == "success", f"cancelled answer: outcome {st2.outcome_type()} "
+                                               f"{json.dumps(st2.terminal)[:300]}")
+    result = tool_result(st2, calls[0][0])
+    sc.expect(result is not None and "denied" in result, f"cancelled answer: result {result!r}")
+    check_text_message(sc, st2, "Nothing was written.", "cancelled answer")
+    sc.expect(not os.path.exists(os.path.join(cwd, "cancelled.txt")),
+              "cancelled answer: cancelled.txt exists")
+
+
+def scenario_n5(sc: Scenario, env: Env, port: int, tag: str):
+    """Three turns on one thread: the kernel's session carries the conversation."""
+    thread, _, _ = ids(f"{tag}-n5")
+    cwd = env.cwd(f"{tag}-n5")
+    sessions = []
+    for turn in (1, 2, 3):
+        run, ros = f"run-{uuid.uuid4()}", f"inv-{uuid.uuid4().hex[:12]}"
+        st = keep(sc, post_run(port, run_input(thread, run, ros, cwd, script_prompt(
+            "multi-turn", cwd, f"Message {turn}.")), f"{tag}/n5/turn{turn}"))
+        check_run_envelope(sc, st, thread, run, f"turn {turn}")
+        sc.expect(st.outcome_type() == "success", f"turn {turn}: outcome {st.outcome_type()}")
+        check_text_message(sc, st, f"Turn {turn}: noted, {turn} message(s) so far.", f"turn {turn}")
+        sessions.append(st.session())
+    for key in ("sessionId", "contextId"):
+        sc.expect(len({s.get(key) for s in sessions}) == 1,
+                  f"{key} changed between turns: {[s.get(key) for s in sessions]}")
+    sc.expect(len({s.get("executionId") for s in sessions}) == 3,
+              "a turn reused the executionId of an earlier one")
+
+
+def scenario_n6(sc: Scenario, env: Env, port: int, tag: str):
+    """A long answer (240 lines, about 26 KB, non-ASCII; 60 chunks): the text arrives whole and
+    in order."""
+    thread, run, ros = ids(f"{tag}-n6")
+    cwd = env.cwd(f"{tag}-n6")
+    st = keep(sc, post_run(port, run_input(thread, run, ros, cwd, script_prompt(
+        "long", cwd, "Describe the stack at length.")), f"{tag}/n6/run1"))
+    check_run_envelope(sc, st, thread, run, "run 1")
+    sc.expect(st.outcome_type() == "success", f"run 1: outcome {st.outcome_type()}")
+    expected = "\n".join(LLM_LONG_LINE.format(n=n) for n in range(1, 241))
+    check_text_message(sc, st, expected, "run 1")
+    sc.note(f"{tag}: {len(st.all('TEXT_MESSAGE_CONTENT'))} TEXT_MESSAGE_CONTENT events, "
+            f"{sum(len(e.get('delta', '')) for e in st.all('TEXT_MESSAGE_CONTENT'))} characters")
+
+
+NORMAL_SCENARIOS = [
+    ("n1", "two write_file calls in one turn: two interrupts in sequence", scenario_n1),
+    ("n2", "bash allowed once (asked again next turn)", scenario_n2),
+    ("n3", "edit_file denied", scenario_n3),
+    ("n4", "permission answered cancelled = deny", scenario_n4),
+    ("n5", "multi-turn conversation (three turns)", scenario_n5),
+    ("n6", "long answer", scenario_n6),
+]
+
+
+def scenario_n0(sc: Scenario):
+    """The comparison itself, on made-up streams: ids, cwd and chunking do not count, a changed
+    field, a missing event and a moved id do."""
+    def stream(events):
+        st = Stream("made-up/n0/run1")
+        st.events = events
+        return st
+
+    def events(run, msg, call, cwd, text_chunks, result="ok", mid_of_result=None):
+        return ([{"type": "RUN_STARTED", "threadId": "t-" + run, "runId": run},
+                 {"type": "TEXT_MESSAGE_START", "messageId": msg, "role": "assistant"}]
+                + [{"type": "TEXT_MESSAGE_CONTENT", "messageId": msg, "delta": c} for c in text_chunks]
+                + [{"type": "TEXT_MESSAGE_END", "messageId": msg},
+                   {"type": "TOOL_CALL_RESULT", "toolCallId": call, "content": f"{result} {cwd}/x",
+                    "messageId": mid_of_result or "r-" + call},
+                   {"type": "RUN_FINISHED", "threadId": "t-" + run, "runId": run}])
+
+    ours = events("run-aaaaaaaa", "m-1", "call-1", "/w/ours", ["Hello, ", "world"])
+    cases = [
+        ("ids, cwd and chunking differ only", events("run-bbbbbbbb", "m-9", "call-7", "/w/ref",
+                                                     ["Hel", "lo, world"]), 0),
+        ("a changed tool result", events("run-bbbbbbbb", "m-9", "call-7", "/w/ref", ["Hello, world"],
+                                         result="no"), 1),
+        ("a missing event", [e for e in events("run-bbbbbbbb", "m-9", "call-7", "/w/ref",
+                                               ["Hello, world"]) if e["type"] != "TOOL_CALL_RESULT"], 1),
+        ("an id in another place", events("run-bbbbbbbb", "m-9", "call-7", "/w/ref", ["Hello, world"],
+                                          mid_of_result="m-9"), 1),
+    ]
+    class Quiet(Scenario):  # its notes are kept, not printed (they would read as real findings)
+        def note(self, msg: str) -> None:
+            self.notes.append(msg)
+
+    for what, ref, want in cases:
+        probe = Quiet("n0.probe", what)
+        compare_normalised(probe, "made-up", Normaliser("/w/ours").events(stream(ours)),
+                           Normaliser("/w/ref").events(stream(ref)))
+        sc.expect(len(probe.failures) == want, f"{what}: {len(probe.failures)} failure(s), "
+                                               f"expected {want}: {probe.notes}")
+
+
+def run_normal_scenarios(env: Env, port: int) -> None:
+    run_scenario("n0", "the stream comparison finds what differs (made-up streams)", scenario_n0)
+    for key, title, fn in NORMAL_SCENARIOS:
+        run_compared(key, title + " (vs reference)", fn, env, port)
+
+
+# --------------------------------------------------------------------------------------------
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="iac-code-agui end-to-end test on the real kernel")
@@ -1223,8 +1707,8 @@ def main() -> int:
     ap.add_argument("--adapter", default=os.environ.get("AGUI_BIN")
                     or os.path.join(ROOT, "target", "debug", "iac-code-agui"))
     ap.add_argument("--timeout", type=float, default=float(os.environ.get("REAL_KERNEL_TIMEOUT",
-                                                                          "270")),
-                    help="global deadline in seconds (default 270)")
+                                                                          "420")),
+                    help="global deadline in seconds (default 420)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("--skip-reference", action="store_true")
     ap.add_argument("--validate-file", help=argparse.SUPPRESS)
@@ -1289,6 +1773,7 @@ def main() -> int:
             print("SKIP g: reference adapter comparison (--skip-reference)", flush=True)
         else:
             run_scenario("g", "reference adapter comparison (a, b)", scenario_g, env, sa, sb, sd)
+        run_normal_scenarios(env, port)
         run_scenario("f", "every event validates with ag-ui-protocol 1.0.0", scenario_f, env)
         failed = [r for r in RESULTS if r.status == "FAIL"]
         ok = not failed
