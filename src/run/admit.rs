@@ -252,6 +252,36 @@ impl ActiveGuard {
     }
 }
 
+impl ActiveGuard {
+    /// A run whose thread was freed before it ended (its client left) records its end after
+    /// all, unless the thread took another run meanwhile (that run's repair closes it then).
+    pub(super) fn close_if_freed(&self, execution_id: &str) {
+        if self.0 .0.slot.lock().is_some() {
+            return;
+        }
+        let Hold { app, thread_id, .. } = &*self.0 .0;
+        let slot = app.store.slot(thread_id);
+        let guard = slot.lock();
+        if guard.active.is_none() {
+            if let Ok(Some(mut doc)) = app.store.load(thread_id) {
+                let ours = doc
+                    .execution
+                    .as_ref()
+                    .is_some_and(|e| e.execution_id == execution_id);
+                if ours && !doc.is_terminal(execution_id) {
+                    doc.mark_terminal();
+                    if let Err(e) = app.store.save(&doc) {
+                        log::error!("cannot record the end of execution {execution_id}: {e}");
+                    }
+                }
+            }
+        }
+        drop(guard);
+        drop(slot);
+        app.store.release(thread_id);
+    }
+}
+
 impl SlotHandle {
     /// Frees the thread (idempotent).
     pub(super) fn release(&self) {

@@ -191,6 +191,7 @@ impl<'a> Run<'a> {
         };
         self.stream.clear_on_close();
         let end = self.settle(end);
+        self.guard.close_if_freed(&self.active.execution_id);
         crate::metrics::run_ended(&end);
         match end.code() {
             Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
