@@ -46,7 +46,7 @@ fn task_json(t: &Task) -> Value {
 fn get_task(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
     let id = req["params"]["id"].as_str().unwrap_or("");
     let mut tasks = state.tasks.lock().unwrap();
-    crate::wind_down(&mut tasks);
+    crate::wind_down(state, &mut tasks);
     match tasks.get(id) {
         Some(t) => {
             // As the A2A SDK keeps it: the messages of the task's streams, newest last, the last
