@@ -4,6 +4,7 @@
 use crate::a2a::A2aClient;
 use crate::config::Config;
 use crate::error::Lang;
+use crate::feed::Feeds;
 use crate::projection::RunIds;
 use crate::store::{ActiveRun, Store};
 use crate::stream::{Heartbeats, SseStream};
@@ -17,6 +18,8 @@ pub struct App {
     pub a2a: A2aClient,
     pub store: Store,
     pub heartbeats: Heartbeats,
+    /// Replay buffers of the runs (exact resume, join, detach grace).
+    pub feeds: Feeds,
     pub runs: Runs,
 }
 

@@ -51,6 +51,11 @@ pub struct Config {
     pub(crate) pair_mode: bool,
     /// Origins whose pages may call us from another origin (exact; `*` only without a token).
     pub(crate) cors_allow_origins: Vec<String>,
+    /// How long a run whose client left keeps going for an observer to re-attach (0: cancelled
+    /// at once, the spec's rule).
+    pub detach_grace: Duration,
+    /// Bytes of recent events kept per execution for an exact resume (`Last-Event-ID`).
+    pub replay_buffer_bytes: usize,
 }
 
 /// `--log-format`: env_logger's text lines, or one JSON object a line with the run's ids as fields.
@@ -104,6 +109,11 @@ Options:
   --cors-allow-origin ORIGIN  a web page origin (scheme://host[:port]) allowed to call this
                               server from another origin (CORS; off by default); repeatable,
                               env comma-separated; `*` only without IAC_CODE_AGUI_AUTH_TOKEN
+  --detach-grace SECS         a run whose client left keeps running this long for a client to
+                              re-attach (subscribe route); then it is cancelled (default 0:
+                              a client that leaves cancels its run, as the AG-UI spec says)
+  --replay-buffer-bytes N     recent events kept per execution for an exact resume with
+                              Last-Event-ID (default 262144)
   --pair-mode                 one of several adapter + kernel pairs behind a load balancer:
                               a thread this pair never held, arriving with history or a
                               resume, is refused (503 STATE_UNAVAILABLE), never restarted
@@ -149,6 +159,8 @@ const FLAGS: &[(&str, bool)] = &[
     ("write-timeout", true),
     ("allowed-host", true),
     ("pair-mode", false),
+    ("detach-grace", true),
+    ("replay-buffer-bytes", true),
     ("cors-allow-origin", true),
     ("debug", false),
     ("log-stdout", false),
@@ -248,6 +260,12 @@ impl Command {
             allowed_hosts: host_list(get("allowed-host"))?,
             pair_mode: flag(get("pair-mode"), "pair-mode")?,
             cors_allow_origins: origin_list(get("cors-allow-origin"))?,
+            detach_grace: seconds(get("detach-grace"), "detach-grace", 0.0)?,
+            replay_buffer_bytes: number(
+                get("replay-buffer-bytes"),
+                "replay-buffer-bytes",
+                256 * 1024,
+            )?,
         };
         if config.auth_token.is_some() && config.cors_allow_origins.iter().any(|o| o == "*") {
             return Err(

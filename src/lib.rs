@@ -19,6 +19,7 @@
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
 //! | `observe` | re-attach after a reload: the thread lookup and the observe stream |
+//! | [`feed`] | replay buffers: SSE cursors kept per execution, exact resume, join, detach grace |
 //! | [`a2a`] | the JSON-RPC client and the `metadata.iac_code` key table |
 //! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
 //! | [`stream`] | the client's SSE response and the heartbeat timer |
@@ -61,6 +62,7 @@ pub mod a2a;
 pub mod app;
 pub mod config;
 pub mod error;
+pub mod feed;
 pub mod http;
 pub(crate) mod ids;
 pub mod input;

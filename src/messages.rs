@@ -80,6 +80,7 @@ pub enum Msg {
     ObservedLost,
     // Admission and the run (src/run/).
     ThreadBusy,
+    ThreadDetached,
     DuplicateRunId,
     RunIdConflict,
     ThreadBound,
@@ -727,6 +728,15 @@ impl Msg {
                 "このスレッドには実行中の run があります。",
                 "A thread já tem uma execução ativa.",
             ]),
+            Msg::ThreadDetached => (ThreadBusy, None, [
+                "The thread's run goes on without its client (detach grace): re-attach to it with the subscribe route, or wait until it ends.",
+                "该 thread 的 run 在客户端离开后仍在继续（detach grace）：请通过 subscribe 路由重新连接，或等待其结束。",
+                "La ejecución del hilo continúa sin su cliente (periodo de gracia): vuelva a conectarse con la ruta subscribe o espere a que termine.",
+                "L'exécution du fil continue sans son client (délai de grâce) : reconnectez-vous avec la route subscribe, ou attendez qu'elle se termine.",
+                "Der Lauf des Threads geht ohne seinen Client weiter (Karenzzeit): Verbinden Sie sich über die Subscribe-Route erneut oder warten Sie, bis er endet.",
+                "このスレッドの run はクライアントが離れた後も続いています（猶予期間）。subscribe ルートで再接続するか、終了するまでお待ちください。",
+                "A execução da thread continua sem o seu cliente (período de tolerância): reconecte-se pela rota subscribe ou aguarde até que termine.",
+            ]),
             Msg::DuplicateRunId => (DuplicateRunId, None, [
                 "The AG-UI run id has already been used for this request.",
                 "该 AG-UI run ID 已被相同请求使用。",
@@ -1211,6 +1221,7 @@ pub(crate) const ALL: &[Msg] = &[
     Msg::ObservedFailed,
     Msg::ObservedLost,
     Msg::ThreadBusy,
+    Msg::ThreadDetached,
     Msg::DuplicateRunId,
     Msg::RunIdConflict,
     Msg::ThreadBound,

@@ -1363,7 +1363,7 @@ fn an_http_1_0_client_gets_a_close_delimited_stream() {
     let text = String::from_utf8_lossy(&rest);
     for line in text.lines().filter(|l| !l.is_empty()) {
         assert!(
-            line.starts_with("data: ") || line.starts_with(':'),
+            line.starts_with("data: ") || line.starts_with("id: ") || line.starts_with(':'),
             "not SSE (chunk framing?): {line:?}"
         );
     }

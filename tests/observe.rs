@@ -63,6 +63,36 @@ fn gated_permission(k: &FakeKernel) {
     );
 }
 
+/// Subscribes on a thread of its own and returns once the answer's head arrived (the observer
+/// is attached), checking which answer it is (`X-AGUI-Resume`).
+fn attach(
+    a: &Adapter,
+    exec: &str,
+    body: &Value,
+    kind: &'static str,
+) -> std::thread::JoinHandle<RunResult> {
+    let url = format!(
+        "{}/extensions/iac-code/v1/executions/{exec}/subscribe",
+        a.url
+    );
+    let body = serde_json::to_vec(body).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let observer = std::thread::spawn(move || {
+        let resp = agent()
+            .post(url)
+            .header("Content-Type", "application/json")
+            .send(body)
+            .unwrap();
+        let header = resp.headers().get("X-AGUI-Resume").cloned();
+        tx.send(header.and_then(|h| h.to_str().ok().map(String::from)))
+            .unwrap();
+        read_result(resp)
+    });
+    let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(got.as_deref(), Some(kind));
+    observer
+}
+
 fn lookup(a: &Adapter, thread: &str, query: &str) -> (u16, Value) {
     let resp = agent()
         .get(format!(
@@ -262,19 +292,7 @@ fn a_reattached_observer_gets_the_text_so_far_then_the_live_rest() {
         == "running"));
     let (exec, body) = identity(&a, "t-live");
     assert_eq!(body["runId"], "r1");
-    let url = a.url.clone();
-    let observer = std::thread::spawn(move || {
-        let resp = agent()
-            .post(format!(
-                "{url}/extensions/iac-code/v1/executions/{exec}/subscribe"
-            ))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        read_result(resp)
-    });
-    assert!(eventually(10, || k.calls("SubscribeToTask").len() == 1));
-    std::thread::sleep(Duration::from_millis(100));
+    let observer = attach(&a, &exec, &body, "join");
     k.open("go");
     let o = observer.join().unwrap();
     let r = run.join().unwrap();
@@ -286,18 +304,17 @@ fn a_reattached_observer_gets_the_text_so_far_then_the_live_rest() {
         ["RUN_STARTED", "CUSTOM", "MESSAGES_SNAPSHOT"],
         "{types:?}"
     );
+    // The run is live in this process: the join comes from its replay buffer. Closed messages
+    // are in the snapshot; the open one is re-opened with its text so far, and the live rest
+    // continues it (same message id, the run's whole text).
     let snapshot = &o.events[2]["messages"];
     assert_eq!(snapshot[0]["role"], "user");
     assert_eq!(snapshot[0]["content"], "scenario:gated");
-    assert_eq!(snapshot[1]["role"], "assistant");
-    assert_eq!(snapshot[1]["content"], "Here is the first half. ");
-    // The live rest continues the same message: snapshot + deltas = the run's whole text.
     assert_eq!(o.events[3]["type"], "TEXT_MESSAGE_START");
-    assert_eq!(o.events[3]["messageId"], snapshot[1]["id"]);
-    assert_eq!(
-        format!("{}{}", snapshot[1]["content"].as_str().unwrap(), o.text()),
-        r.text()
-    );
+    assert_eq!(o.events[4]["delta"], "Here is the first half. ");
+    let run_message = r.events.iter().find(|e| e["type"] == "TEXT_MESSAGE_START");
+    assert_eq!(o.events[3]["messageId"], run_message.unwrap()["messageId"]);
+    assert_eq!(o.text(), r.text());
     assert_eq!(o.last()["type"], "RUN_FINISHED");
     assert_eq!(o.last()["outcome"]["type"], "success");
     assert_balanced(&o.events);
@@ -313,18 +330,7 @@ fn an_observer_of_a_run_that_reaches_a_wait_gets_its_interrupts() {
     gated_permission(&k);
     let run = start_run(&a, "t-live-wait", "scenario:gated-permission");
     let (exec, body) = identity(&a, "t-live-wait");
-    let url = a.url.clone();
-    let observer = std::thread::spawn(move || {
-        let resp = agent()
-            .post(format!(
-                "{url}/extensions/iac-code/v1/executions/{exec}/subscribe"
-            ))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        read_result(resp)
-    });
-    assert!(eventually(10, || k.calls("SubscribeToTask").len() == 1));
+    let observer = attach(&a, &exec, &body, "join");
     k.open("go");
     let r = run.join().unwrap();
     let o = observer.join().unwrap();

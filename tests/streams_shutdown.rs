@@ -441,7 +441,7 @@ fn an_http_1_0_client_gets_a_close_delimited_stream() {
     // No chunk-size lines: every non-empty line is an SSE field or comment.
     for line in body.lines().filter(|l| !l.is_empty()) {
         assert!(
-            line.starts_with("data: ") || line.starts_with(':'),
+            line.starts_with("data: ") || line.starts_with("id: ") || line.starts_with(':'),
             "unexpected line {line:?}"
         );
     }

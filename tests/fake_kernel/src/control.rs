@@ -37,6 +37,11 @@ impl FakeKernel {
         self.state.stall_cancels.store(on, Ordering::SeqCst);
     }
 
+    /// From now on a cancelled task keeps working for `ms` before it stops (0: at once).
+    pub fn slow_cancels(&self, ms: u64) {
+        self.state.slow_cancels.store(ms, Ordering::SeqCst);
+    }
+
     /// While set, `CancelTask` is answered but the task keeps working.
     pub fn ignore_cancels(&self, on: bool) {
         self.state.ignore_cancels.store(on, Ordering::SeqCst);

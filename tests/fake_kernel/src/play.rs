@@ -141,10 +141,9 @@ fn set_state(state: &State, task: &str, s: &str) {
 }
 
 fn cancelled(state: &State, task: &str) -> bool {
-    state
-        .tasks
-        .lock()
-        .unwrap()
+    let mut tasks = state.tasks.lock().unwrap();
+    crate::wind_down(state, &mut tasks);
+    tasks
         .get(task)
         .is_none_or(|t| t.cancelled.load(Ordering::SeqCst))
 }

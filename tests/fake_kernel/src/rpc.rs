@@ -45,7 +45,9 @@ fn task_json(t: &Task) -> Value {
 
 fn get_task(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
     let id = req["params"]["id"].as_str().unwrap_or("");
-    match state.tasks.lock().unwrap().get(id) {
+    let mut tasks = state.tasks.lock().unwrap();
+    crate::wind_down(state, &mut tasks);
+    match tasks.get(id) {
         Some(t) => {
             // As the A2A SDK keeps it: the messages of the task's streams, newest last, the last
             // `historyLength` of them when given.
@@ -156,6 +158,13 @@ fn cancel_task(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<
                 200,
                 &rpc_error(req, -32002, "Task cannot be canceled"),
             )
+        }
+        Some(t) if state.slow_cancels.load(Ordering::SeqCst) > 0 => {
+            let ms = state.slow_cancels.load(Ordering::SeqCst);
+            t.cancel_at
+                .get_or_insert(Instant::now() + Duration::from_millis(ms));
+            let v = task_json(t);
+            respond(conn, 200, &rpc_result(req, v))
         }
         Some(t) => {
             t.cancelled.store(true, Ordering::SeqCst);

@@ -167,6 +167,7 @@ fn session_for(state: &State, ctx: &str) -> String {
 /// A user message: a new task in the context, running the scenario its text names.
 fn start_task(state: &State, m: &Value, ctx: &str) -> Result<Accepted, Refusal> {
     let mut tasks = state.tasks.lock().unwrap();
+    crate::wind_down(state, &mut tasks);
     if tasks
         .values()
         .any(|t| t.context == ctx && t.state == "TASK_STATE_WORKING")
@@ -204,6 +205,7 @@ fn start_task(state: &State, m: &Value, ctx: &str) -> Result<Accepted, Refusal> 
             cancelled: Arc::new(AtomicBool::new(false)),
             pipeline: Vec::new(),
             log: Arc::default(),
+            cancel_at: None,
         },
     );
     let first = json!({"task": {"id": id, "contextId": ctx, "status": {"state": "TASK_STATE_SUBMITTED"},
