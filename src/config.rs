@@ -622,9 +622,10 @@ mod tests {
         for (name, _) in FLAGS {
             let flag = format!("--{name}");
             assert!(USAGE.contains(&flag), "{flag} is not in USAGE");
+            let row = format!("| `{flag}");
             assert!(
-                readme.contains(&format!("`{flag}")),
-                "{flag} is not in README"
+                readme.contains(&row),
+                "{flag} has no row in README's tables"
             );
             if *name != "config" {
                 let var = env_var(name);
