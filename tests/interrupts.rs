@@ -375,13 +375,7 @@ fn questions_are_answered_with_text_and_a_cancelled_question_cancels_the_executi
 #[test]
 fn an_expired_interrupt_refuses_the_resume_clears_pending_and_cancels_the_task() {
     let k = FakeKernel::start();
-    let a = Adapter::start_with(
-        &k.url,
-        Options {
-            args: vec!["--interrupt-ttl".into(), "0.3".into()],
-            ..Default::default()
-        },
-    );
+    let a = Adapter::start_args(&k.url, &["--interrupt-ttl", "0.3"]);
     let (first, i) = interrupted(&a, "t-expired");
     std::thread::sleep(Duration::from_millis(500));
     let r = a.run(&a.resume_request("t-expired", "r2", allow(&i["id"])));

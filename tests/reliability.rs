@@ -91,13 +91,7 @@ fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_stil
 #[test]
 fn a_hanging_upstream_ends_with_run_error_and_leaves_no_thread_behind() {
     let k = FakeKernel::start();
-    let a = Adapter::start_with(
-        &k.url,
-        Options {
-            args: vec!["--a2a-idle-timeout".into(), "0.5".into()],
-            ..Default::default()
-        },
-    );
+    let a = Adapter::start_args(&k.url, &["--a2a-idle-timeout", "0.5"]);
     let before = thread_count(a.pid());
     let r = a.run(&a.request("t-hang", "r1", "scenario:hang"));
     assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
@@ -247,13 +241,7 @@ fn five_hundred_concurrent_runs_deliver_every_event_in_order() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(500);
     let k = FakeKernel::start();
-    let a = Adapter::start_with(
-        &k.url,
-        Options {
-            args: vec!["--heartbeat-interval".into(), "5".into()],
-            ..Default::default()
-        },
-    );
+    let a = Adapter::start_args(&k.url, &["--heartbeat-interval", "5"]);
     let stop = Instant::now() + Duration::from_secs(secs);
     let clients: Vec<_> = (0..runs)
         .map(|i| {

@@ -100,7 +100,7 @@ fn frames(body: Box<dyn Read + Send>, limit: Option<usize>) -> Vec<Frame> {
 }
 
 fn subscribe(a: &Adapter, thread: &str, cursor: Option<&str>) -> (Option<String>, Vec<Frame>) {
-    let (st, body) = lookup(a, thread);
+    let (st, body) = a.thread_lookup(thread, "rosInvocationId=invocation-1");
     assert_eq!(st, 200, "{body}");
     let exec = body["executionId"].as_str().unwrap().to_string();
     let req =
@@ -109,19 +109,6 @@ fn subscribe(a: &Adapter, thread: &str, cursor: Option<&str>) -> (Option<String>
     let (status, kind, reader) = post(&a.url, &path, &req, cursor);
     assert_eq!(status, 200);
     (kind, frames(reader, None))
-}
-
-fn lookup(a: &Adapter, thread: &str) -> (u16, Value) {
-    let resp = agent()
-        .get(format!(
-            "{}/extensions/iac-code/v1/threads/{thread}?rosInvocationId=invocation-1",
-            a.url
-        ))
-        .call()
-        .unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.into_body().read_to_string().unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 fn events(frames: &[Frame]) -> Vec<Value> {
@@ -280,7 +267,10 @@ fn a_cursor_from_before_a_restart_gets_a_join_never_wrong_data() {
     let mut a = with_grace(&k, "30");
     let full = start(&a, "t-ref", None);
     let first = start(&a, "t-restart", Some(5));
-    assert!(eventually(10, || lookup(&a, "t-restart").1["state"] == "waiting"));
+    assert!(eventually(10, || a
+        .thread_lookup("t-restart", "rosInvocationId=invocation-1")
+        .1["state"]
+        == "waiting"));
     a.restart();
     let (kind, joined) = subscribe(&a, "t-restart", first.last().unwrap().id.as_deref());
     assert_eq!(kind.as_deref(), Some("join"));
@@ -352,7 +342,7 @@ fn a_run_longer_than_a_proxys_connection_cap_completes_through_it_with_nothing_l
     let mut reconnects = 0;
     while all.last().is_none_or(|f| f.ev["type"] != "RUN_FINISHED") {
         assert!(Instant::now() < deadline, "the run did not finish");
-        let (_, st) = lookup(&a, "t-proxy");
+        let (_, st) = a.thread_lookup("t-proxy", "rosInvocationId=invocation-1");
         let exec = st["executionId"].as_str().unwrap().to_string();
         let req = json!({"threadId": "t-proxy", "runId": "r1", "rosInvocationId": "invocation-1"});
         let path = format!("/extensions/iac-code/v1/executions/{exec}/subscribe");
@@ -460,7 +450,7 @@ fn with_a_grace_an_observer_that_reattaches_sees_the_run_finish() {
     let cursor = first.last().unwrap().id.clone();
     let observer = {
         let url = a.url.clone();
-        let (_, st) = lookup(&a, "t-back");
+        let (_, st) = a.thread_lookup("t-back", "rosInvocationId=invocation-1");
         let exec = st["executionId"].as_str().unwrap().to_string();
         std::thread::spawn(move || {
             let req =

@@ -13,16 +13,6 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-fn with_args(kernel: &str, args: &[&str]) -> Adapter {
-    Adapter::start_with(
-        kernel,
-        Options {
-            args: args.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        },
-    )
-}
-
 /// Sends `POST /` over a raw connection (`version` is `1.0` or `1.1`) and returns the socket.
 fn raw_post(url: &str, body: &Value, version: &str) -> TcpStream {
     let addr = url.strip_prefix("http://").unwrap();
@@ -94,7 +84,7 @@ fn process_gone(pid: u32) -> bool {
 #[test]
 fn a_client_that_stops_reading_is_dropped_and_its_thread_freed() {
     let k = FakeKernel::start();
-    let a = with_args(&k.url, &["--write-timeout", "1"]);
+    let a = Adapter::start_args(&k.url, &["--write-timeout", "1"]);
     let stuck = raw_post(
         &a.url,
         &a.request("t-stuck", "r1", "scenario:flood-400000"),
@@ -144,7 +134,7 @@ fn a_client_that_stops_reading_is_dropped_and_its_thread_freed() {
 #[test]
 fn a_stuck_client_does_not_slow_the_heartbeats_of_other_streams() {
     let k = FakeKernel::start();
-    let a = with_args(&k.url, &["--write-timeout", "3"]);
+    let a = Adapter::start_args(&k.url, &["--write-timeout", "3"]);
     // Several stuck clients, each holding its stream's writer for up to the write timeout.
     let stuck: Vec<TcpStream> = (0..3)
         .map(|i| {
@@ -175,7 +165,7 @@ fn a_stuck_client_does_not_slow_the_heartbeats_of_other_streams() {
 #[test]
 fn a_client_that_closes_its_end_is_noticed_while_the_upstream_is_silent() {
     let k = FakeKernel::start();
-    let a = with_args(&k.url, &["--heartbeat-interval", "0.5"]);
+    let a = Adapter::start_args(&k.url, &["--heartbeat-interval", "0.5"]);
     let s = raw_post(
         &a.url,
         &a.request("t-halfclose", "r1", "scenario:hang"),
@@ -205,7 +195,7 @@ fn an_upstream_that_never_reads_the_request_fails_the_run_within_the_idle_timeou
         let _ = released.recv();
         drop(conns);
     });
-    let a = with_args(&url, &["--a2a-idle-timeout", "1"]);
+    let a = Adapter::start_args(&url, &["--a2a-idle-timeout", "1"]);
     // 10 MB of text: more than the socket buffers hold, so the request write itself stalls.
     let text = "x".repeat(10 * 1024 * 1024);
     let started = Instant::now();
