@@ -172,6 +172,17 @@ function forwardedProps(rosInvocationId, extra = {}) {
   return { iacCode: { schemaVersion: 1, rosInvocationId, cwd: CWD, ...extra } };
 }
 
+/** What is recorded of one raw SSE stream: frames, their times, heartbeats and anything odd. */
+const rawRecord = () => ({
+  raw: [],
+  rawTimes: [],
+  heartbeats: 0,
+  heartbeatAfter: [],
+  comments: [],
+  otherFields: [],
+  frameErrors: [],
+});
+
 /**
  * Runs the agent once and returns a record of everything observed. `rec.problems` lists every
  * protocol problem found (empty = the run was conformant); scenario checks add to it.
@@ -180,13 +191,7 @@ async function run(agent, params, label = "") {
   const rec = {
     label,
     runId: params.runId || `run-${randomUUID()}`,
-    raw: [],
-    rawTimes: [],
-    heartbeats: 0,
-    heartbeatAfter: [],
-    comments: [],
-    otherFields: [],
-    frameErrors: [],
+    ...rawRecord(),
     warnings: [],
     consoleErrors: [],
     events: [],
@@ -574,16 +579,7 @@ async function scSilent() {
 
 /** A POST / with fetch only: the same kind of request the client sends, read as raw SSE. */
 async function rawRun(threadId, text, inv) {
-  const rec = {
-    raw: [],
-    rawTimes: [],
-    heartbeats: 0,
-    heartbeatAfter: [],
-    comments: [],
-    otherFields: [],
-    frameErrors: [],
-    problems: [],
-  };
+  const rec = { ...rawRecord(), problems: [] };
   const body = {
     threadId,
     runId: `run-${randomUUID()}`,
