@@ -810,12 +810,13 @@ def pipeline_input(thread, run, ros, cwd, text=None, resume=None) -> dict:
     return body
 
 
-def answer_payload(it: dict) -> dict:
-    """The first answer the interrupt's responseSchema allows: allow_once, else the first option."""
+def answer_payload(it: dict, permission: str = "allow_once") -> dict:
+    """The first answer the interrupt's responseSchema allows: `permission` for a permission,
+    else the first option."""
     schema = it.get("responseSchema") or {}
     enum = (((schema.get("properties") or {}).get("decision")) or {}).get("enum") or []
-    if "allow_once" in enum:
-        return {"decision": "allow_once"}
+    if permission in enum:
+        return {"decision": permission}
     for alt in schema.get("oneOf") or schema.get("anyOf") or []:
         const = (((alt.get("properties") or {}).get("selectedId")) or {}).get("const")
         if const is not None:
@@ -823,21 +824,26 @@ def answer_payload(it: dict) -> dict:
     return {"freeText": "ok"}
 
 
-def drive_pipeline(sc: Scenario, port: int, tag: str, cwd: str) -> list:
-    """Run 1, then one resume per interrupt round until the run ends without one (bounded)."""
-    thread, run, ros = ids(f"{tag}-p")
+def drive_pipeline(sc: Scenario, port: int, tag: str, cwd: str, permission: str = "allow_once",
+                   at_interrupt=None, variant: str = "p") -> list:
+    """Run 1, then one resume per interrupt round until the run ends without one (bounded).
+    `at_interrupt(i)`, when given, runs after run i ended with an interrupt, before its resume."""
+    thread, run, ros = ids(f"{tag}-{variant}")
     streams = [post_run(port, pipeline_input(thread, run, ros, cwd, text=PIPELINE_PROMPT),
-                        f"{tag}/p/run1")]
+                        f"{tag}/{variant}/run1")]
     check_run_envelope(sc, streams[0], thread, run, f"{tag} run 1")
     while streams[-1].outcome_type() == "interrupt" and len(streams) < PIPELINE_MAX_RUNS:
-        resume = [{"interruptId": it["id"], "status": "resolved", "payload": answer_payload(it)}
+        resume = [{"interruptId": it["id"], "status": "resolved",
+                   "payload": answer_payload(it, permission)}
                   for it in streams[-1].interrupts()]
         sc.note(f"{tag} run {len(streams)}: {len(resume)} interrupt(s) "
                 f"{[(it.get('metadata') or {}).get('kind') for it in streams[-1].interrupts()]}, "
                 f"answers {[r['payload'] for r in resume]}")
+        if at_interrupt is not None:
+            at_interrupt(len(streams))
         run = f"run-{uuid.uuid4()}"
         st = post_run(port, pipeline_input(thread, run, ros, cwd, resume=resume),
-                      f"{tag}/p/run{len(streams) + 1}")
+                      f"{tag}/{variant}/run{len(streams) + 1}")
         check_run_envelope(sc, st, thread, run, f"{tag} run {len(streams) + 1}")
         streams.append(st)
     for st in streams:   # kept with --keep, for reading the differences
@@ -907,38 +913,97 @@ def compare_pipeline_run(i: int, ours: Stream, ref: Stream) -> list:
     return out
 
 
-def scenario_p(sc: Scenario, env: Env):
-    LOG_DIR[0] = env.logs
-    ours = drive_pipeline(sc, env.ours_port, "ours", env.cwd("ours-p"))
-    sc.streams = ours
-    for i, st in enumerate(ours, 1):
-        sc.note(f"ours run {i}: {st.summary()[:600]}")
-    steps = [e.get("stepName") for st in ours for e in st.all("STEP_STARTED")]
-    sc.note(f"ours steps: {steps}")
-    sc.expect("intent_parsing" in steps, f"no STEP_STARTED intent_parsing: {steps}")
+def check_pipeline_runs(sc: Scenario, streams: list, tag: str) -> None:
+    """The selling pipeline's shape: every step reached, the three waits in order, completed."""
+    for i, st in enumerate(streams, 1):
+        sc.note(f"{tag} run {i}: {st.summary()[:600]}")
+    steps = [e.get("stepName") for st in streams for e in st.all("STEP_STARTED")]
+    sc.note(f"{tag} steps: {steps}")
+    sc.expect("intent_parsing" in steps, f"{tag}: no STEP_STARTED intent_parsing: {steps}")
     for step in ("architecture_planning", "evaluate_candidates", "confirm_and_select", "deploying"):
-        sc.expect(step in steps, f"the pipeline did not reach {step}: {steps}")
-    kinds = [[(it.get("metadata") or {}).get("kind") for it in st.interrupts()] for st in ours]
+        sc.expect(step in steps, f"{tag}: the pipeline did not reach {step}: {steps}")
+    kinds = [[(it.get("metadata") or {}).get("kind") for it in st.interrupts()] for st in streams]
     sc.expect(kinds == [["ask_user_question"], ["permission"], ["candidate_selection"], []],
-              f"interrupts per run {kinds}, expected the question, candidate A's write_file "
+              f"{tag}: interrupts per run {kinds}, expected the question, candidate A's write_file "
               "permission (the task WORKING), the candidate selection, then none")
-    sc.expect(ours[-1].outcome_type() == "success", f"last run: {ours[-1].summary()[-300:]}")
-    ends = [(e.get("value") or {}).get("eventType") for e in ours[-1].all("CUSTOM")
+    sc.expect(streams[-1].outcome_type() == "success",
+              f"{tag}: last run: {streams[-1].summary()[-300:]}")
+    ends = [(e.get("value") or {}).get("eventType") for e in streams[-1].all("CUSTOM")
             if e.get("name") == "iac-code.pipeline.v1"]
-    sc.expect(ends[-1:] == ["pipeline_completed"], f"last run's pipeline events {ends}")
-    sc.expect(os.path.isfile(os.path.join(env.cwd("ours-p"), "template-a.yaml")),
-              "candidate A's template-a.yaml was not written after allow_once")
+    sc.expect(ends[-1:] == ["pipeline_completed"], f"{tag}: last run's pipeline events {ends}")
+
+
+def compare_with_reference(sc: Scenario, env: Env, ours: list, tag: str,
+                           permission: str = "allow_once") -> None:
+    """The reference adapter through the same script and answers, run by run."""
     if env.args.skip_reference:
         sc.note("reference comparison skipped (--skip-reference)")
         return
     env.ensure_reference()
-    ref = drive_pipeline(Scenario("ref.p", "reference pipeline"), env.ref_port, "ref",
-                         env.cwd("ref-p"))
-    for i, st in enumerate(ref, 1):
-        sc.note(f"reference run {i}: {st.summary()[:600]}")
+    cache = env.__dict__.setdefault("reference_pipelines", {})   # one reference run per answer
+    if permission not in cache:
+        cache[permission] = drive_pipeline(Scenario(f"ref.{tag}", "reference pipeline"),
+                                           env.ref_port, "ref", env.cwd(f"ref-{tag}"),
+                                           permission, variant=tag)
+        for i, st in enumerate(cache[permission], 1):
+            sc.note(f"reference run {i}: {st.summary()[:600]}")
+    ref = cache[permission]
     sc.expect(len(ours) == len(ref), f"ours took {len(ours)} runs, the reference {len(ref)}")
     for i, (o, r) in enumerate(zip(ours, ref), 1):
         sc.failures.extend(compare_pipeline_run(i, o, r))
+
+
+def scenario_p(sc: Scenario, env: Env):
+    LOG_DIR[0] = env.logs
+    ours = drive_pipeline(sc, env.ours_port, "ours", env.cwd("ours-p"))
+    sc.streams = ours
+    check_pipeline_runs(sc, ours, "ours")
+    sc.expect(os.path.isfile(os.path.join(env.cwd("ours-p"), "template-a.yaml")),
+              "candidate A's template-a.yaml was not written after allow_once")
+    compare_with_reference(sc, env, ours, "p")
+
+
+def scenario_p_deny(sc: Scenario, env: Env):
+    """The same script with candidate A's sideband permission denied: the kernel hands the denial
+    to the LLM as the tool result, the script completes the step anyway, and the pipeline goes
+    on to the end; no file is written."""
+    LOG_DIR[0] = env.logs
+    ours = drive_pipeline(sc, env.ours_port, "ours", env.cwd("ours-p-deny"), "deny",
+                          variant="p.deny")
+    check_pipeline_runs(sc, ours, "ours (deny)")
+    sc.expect(not os.path.exists(os.path.join(env.cwd("ours-p-deny"), "template-a.yaml")),
+              "candidate A's template-a.yaml was written although its permission was denied")
+    results = [e for e in ours[2].all("TOOL_CALL_RESULT") if "_candidate" in e.get("toolCallId", "")]
+    sc.note(f"ours (deny): candidate tool results of run 3: {[r.get('content', '')[:80] for r in results]}")
+    compare_with_reference(sc, env, ours, "p-deny", "deny")
+
+
+def scenario_p_kill(sc: Scenario, env: Env):
+    """The same script with the adapter SIGKILLed at every interrupt (the question, the sideband
+    permission while the task is WORKING, the candidate selection) and restarted on the same
+    state dir and port before the resume. Everything a resume needs is on disk (pending inputs,
+    the pipeline sequence, open steps, text digests), so each stream must equal the reference's
+    (which is not restarted) event for event; nothing differs on purpose."""
+    LOG_DIR[0] = env.logs
+    restarts = []
+
+    def kill_and_restart(run: int):
+        old = env.ours
+        old.kill(signal.SIGKILL, grace=5)
+        sc.expect(not old.alive(), f"the adapter survived SIGKILL after run {run}")
+        CHILDREN.remove(old)
+        started = time.monotonic()
+        env.start_ours()
+        restarts.append(f"after run {run}: {time.monotonic() - started:.2f}s")
+
+    ours = drive_pipeline(sc, env.ours_port, "ours", env.cwd("ours-p-kill"),
+                          at_interrupt=kill_and_restart, variant="p.kill")
+    sc.note(f"adapter SIGKILLed and restarted {len(restarts)} times ({'; '.join(restarts)})")
+    sc.expect(len(restarts) == 3, f"expected a restart at each of the 3 interrupts: {restarts}")
+    check_pipeline_runs(sc, ours, "ours (killed)")
+    sc.expect(os.path.isfile(os.path.join(env.cwd("ours-p-kill"), "template-a.yaml")),
+              "candidate A's template-a.yaml was not written after allow_once")
+    compare_with_reference(sc, env, ours, "p-kill")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1115,6 +1180,7 @@ def scenario_f(sc: Scenario, env: Env):
     if strict:
         sc.note(f"{len(strict)} of our events pass only in pydantic's lax mode, e.g. "
                 f"{strict[0]['stream']}#{strict[0]['index']}: {strict[0]['error'].splitlines()[:3]}")
+    verify_with_agui_client(sc, env)
     # informational: the version the reference adapter itself is built on
     try:
         old = run_validator(env, None)
@@ -1125,6 +1191,34 @@ def scenario_f(sc: Scenario, env: Env):
                    if bad else ""))
     except Exception as exc:  # noqa: BLE001
         sc.note(f"validation with the venv's ag-ui-protocol skipped: {exc}")
+
+
+def verify_with_agui_client(sc: Scenario, env: Env) -> None:
+    """Every SSE stream through @ag-ui/client's verifyEvents (tests/conformance/verify-streams.mjs,
+    the client's own order checks: runs, steps, messages, tool calls); only ours can fail."""
+    node = shutil.which("node")
+    script = os.path.join(ROOT, "tests", "conformance", "verify-streams.mjs")
+    client = os.path.join(ROOT, "tests", "conformance", "node_modules", "@ag-ui", "client")
+    sc.require(node and os.path.isdir(client),
+               "@ag-ui/client missing: node on PATH and `npm ci` in tests/conformance (run.sh does)")
+    streams = [{"label": st.label, "events": st.events} for st in STREAMS if st.is_sse]
+    path = os.path.join(env.tmp, "verify-streams.json")
+    with open(path, "w") as fh:
+        json.dump(streams, fh)
+    done = subprocess.run([node, script, path], capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(script))
+    sc.require(done.returncode == 0, f"verify-streams.mjs failed: {done.stderr[-500:]}")
+    rep = json.loads(done.stdout)
+    ours = [e for e in rep["errors"] if e["label"].startswith("ours/")]
+    ref = [e for e in rep["errors"] if not e["label"].startswith("ours/")]
+    n_ours = sum(1 for st in streams if st["label"].startswith("ours/"))
+    sc.note(f"@ag-ui/client verifyEvents: {len(streams)} streams ({n_ours} ours), "
+            f"{rep['checked']} events passed; {len(ours)} of ours rejected, {len(ref)} of the "
+            "reference's rejected")
+    for e in ours[:10]:
+        sc.failures.append(f"verifyEvents rejected {e['label']}: {e['error']}")
+    for e in ref[:5]:
+        sc.note(f"verifyEvents rejected the reference's {e['label']}: {e['error']}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1266,6 +1360,11 @@ def main() -> int:
         port = env.ours_port
         if os.environ.get("REAL_KERNEL_PIPELINE") == "only":   # the pipeline scenario alone
             run_scenario("p", "selling pipeline (vs the reference)", scenario_p, env)
+            run_scenario("p.deny", "selling pipeline, side permission denied", scenario_p_deny, env)
+            run_scenario("p.kill", "selling pipeline, SIGKILL at each interrupt", scenario_p_kill,
+                         env)
+            run_scenario("f", "every event validates with ag-ui-protocol 1.0.0 and @ag-ui/client",
+                         scenario_f, env)
             failed = [r for r in RESULTS if r.status == "FAIL"]
             ok = not failed
             print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
@@ -1282,6 +1381,10 @@ def main() -> int:
         if os.environ.get("REAL_KERNEL_PIPELINE") != "0":   # REAL_KERNEL_PIPELINE=0 skips it
             run_scenario("p", "selling pipeline: question, side permission, candidates, selection,"
                               " deploying (vs the reference)", scenario_p, env)
+            run_scenario("p.deny", "selling pipeline with the side permission denied (vs the "
+                                   "reference)", scenario_p_deny, env)
+            run_scenario("p.kill", "selling pipeline, the adapter SIGKILLed and restarted at each "
+                                   "interrupt (vs the reference)", scenario_p_kill, env)
         if args.skip_reference:
             sg = Scenario("g", "reference adapter comparison")
             sg.status = "SKIP"
@@ -1289,7 +1392,8 @@ def main() -> int:
             print("SKIP g: reference adapter comparison (--skip-reference)", flush=True)
         else:
             run_scenario("g", "reference adapter comparison (a, b)", scenario_g, env, sa, sb, sd)
-        run_scenario("f", "every event validates with ag-ui-protocol 1.0.0", scenario_f, env)
+        run_scenario("f", "every event validates with ag-ui-protocol 1.0.0 and @ag-ui/client",
+                     scenario_f, env)
         failed = [r for r in RESULTS if r.status == "FAIL"]
         ok = not failed
         if failed:
