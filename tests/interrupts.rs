@@ -327,7 +327,8 @@ fn an_answer_the_kernel_refuses_stays_pending() {
     let (_, i) = interrupted(&a, "t-refused");
     k.reject_answers(true);
     let r = a.run(&a.resume_request("t-refused", "r2", allow(&i["id"])));
-    assert_eq!(r.error_code(), "A2A_EXECUTION_FAILED");
+    // A refusal is the service's, not a failed task (the reference: A2A_UNAVAILABLE).
+    assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
     assert_eq!(
         a.state_file("t-refused")["execution"]["pending"]
             .as_object()
@@ -677,4 +678,142 @@ fn a_pipeline_event_missed_between_a_side_answer_and_the_subscription_is_recover
         .rfind(|p| p.starts_with("/iac-code/pipeline/state"))
         .unwrap();
     assert!(last_state.contains("afterSequence=1"), "{last_state}");
+}
+
+fn pending_count(a: &Adapter, thread: &str) -> usize {
+    a.state_file(thread)["execution"]["pending"]
+        .as_object()
+        .map_or(0, |p| p.len())
+}
+
+#[test]
+fn a_transient_get_task_error_at_resume_is_a2a_unavailable_and_keeps_the_interrupt() {
+    let (k, a) = setup();
+    let (_, i) = interrupted(&a, "t-flaky-get");
+    // Not TaskNotFoundError (-32001): the kernel says nothing about the task.
+    k.fail_next_rpc(
+        "GetTask",
+        json!({"code": -32603, "message": "Internal error"}),
+    );
+    let r = a.run(&a.resume_request("t-flaky-get", "r2", allow(&i["id"])));
+    assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
+    assert_eq!(pending_count(&a, "t-flaky-get"), 1, "still pending");
+    let r = a.run(&a.resume_request("t-flaky-get", "r3", allow(&i["id"])));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn a_session_restore_the_kernel_cannot_do_now_is_a2a_unavailable_and_keeps_the_interrupt() {
+    let (k, a) = setup();
+    let (_, i) = interrupted(&a, "t-restore-503");
+    k.fail_next_http(
+        "/iac-code/session/ensure-restored",
+        503,
+        json!({"error": "Unable to restore the A2A session."}),
+    );
+    let r = a.run(&a.resume_request("t-restore-503", "r2", allow(&i["id"])));
+    assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
+    assert_eq!(pending_count(&a, "t-restore-503"), 1);
+    let r = a.run(&a.resume_request("t-restore-503", "r3", allow(&i["id"])));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn a_session_backup_still_synchronizing_is_passed_on_as_its_own_code_and_keeps_the_interrupt() {
+    let (k, a) = setup();
+    let (_, i) = interrupted(&a, "t-backup");
+    // As the kernel answers ensure-restored (`iac_code/a2a/app.py`)…
+    k.fail_next_http(
+        "/iac-code/session/ensure-restored",
+        409,
+        json!({"error": {"code": "SESSION_BACKUP_NOT_READY",
+                         "message": "Session backup is still synchronizing. Retry after 3 seconds.",
+                         "retryable": true}}),
+    );
+    let r = a.run(&a.resume_request("t-backup", "r2", allow(&i["id"])));
+    assert_eq!(r.error_code(), "SESSION_BACKUP_NOT_READY");
+    assert_eq!(pending_count(&a, "t-backup"), 1);
+    // …and an answer (`iac_code/a2a/executor.py`, SessionBackupNotReadyInvalidParamsError).
+    k.fail_next_rpc(
+        "SendStreamingMessage",
+        json!({"code": -32602, "message": "Session backup is still synchronizing. Retry after 3 seconds.",
+               "data": {"code": "SESSION_BACKUP_NOT_READY", "retryable": true}}),
+    );
+    let r = a.run(&a.resume_request("t-backup", "r3", allow(&i["id"])));
+    assert_eq!(r.error_code(), "SESSION_BACKUP_NOT_READY");
+    assert_eq!(pending_count(&a, "t-backup"), 1);
+    let r = a.run(&a.resume_request("t-backup", "r4", allow(&i["id"])));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn a_task_the_kernel_says_is_gone_at_resume_is_execution_lost_and_closed() {
+    let (k, a) = setup();
+    let (_, i) = interrupted(&a, "t-gone");
+    k.fail_next_rpc(
+        "GetTask",
+        json!({"code": -32001, "message": "Task not found"}),
+    );
+    let r = a.run(&a.resume_request("t-gone", "r2", allow(&i["id"])));
+    assert_eq!(r.error_code(), "EXECUTION_LOST");
+    assert_eq!(
+        pending_count(&a, "t-gone"),
+        0,
+        "a definitive answer closes it"
+    );
+}
+
+#[test]
+fn a_new_iac_code_session_for_a_known_thread_is_a_protocol_error() {
+    let (k, a) = setup();
+    let first = a.run(&a.request("t-session", "r1", "hello"));
+    assert_eq!(first.last()["outcome"]["type"], "success");
+    let session = a.state_file("t-session")["iacCodeSessionId"].clone();
+    k.renew_sessions();
+    let mut body = a.request("t-session", "r2", "hello again");
+    body["forwardedProps"]["iacCode"]["rosInvocationId"] = json!("invocation-2");
+    let r = a.run(&body);
+    assert_eq!(r.error_code(), "A2A_PROTOCOL_ERROR");
+    assert!(
+        r.custom("iac-code.session.v1")
+            .iter()
+            .all(|e| e["value"]["sessionId"] == session),
+        "never announced under another session"
+    );
+    assert_eq!(a.state_file("t-session")["iacCodeSessionId"], session);
+}
+
+#[test]
+fn the_recovery_cursor_moves_to_the_snapshots_last_sequence() {
+    let (k, a) = setup();
+    let r = a.run(&a.request("t-cursor", "r1", "scenario:side-wait-gap"));
+    let i = r.interrupts()[0].clone();
+    // The resume's recovery: a snapshot that covers the pipeline up to 5, no events listed.
+    k.fail_next_http(
+        "/iac-code/pipeline/state",
+        200,
+        json!({"snapshot": {"schemaVersion": 1, "pipelineRunId": "pr-1", "lastSequence": 5, "steps": []},
+               "events": []}),
+    );
+    let r = a.run(&a.resume_request("t-cursor", "r2", allow(&i["id"])));
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    let recoveries: Vec<String> = k
+        .requests()
+        .into_iter()
+        .filter_map(|r| r["path"].as_str().map(str::to_string))
+        .filter(|p| p.starts_with("/iac-code/pipeline/state"))
+        .collect();
+    assert!(
+        recoveries.last().unwrap().contains("afterSequence=5"),
+        "{recoveries:?}"
+    );
+    let replayed: Vec<&Value> = r
+        .custom("iac-code.pipeline.v1")
+        .into_iter()
+        .filter(|e| e["value"]["sequence"].as_f64().unwrap_or(0.0) <= 5.0)
+        .collect();
+    assert!(
+        replayed.is_empty(),
+        "events the snapshot covered: {replayed:?}"
+    );
 }

@@ -12,7 +12,7 @@
 
 use super::{lost, Run, Write};
 use crate::a2a::{self, A2aStream, Rpc, RunMode, Turn};
-use crate::error::{Error, Msg};
+use crate::error::{Code, Error, Msg};
 use crate::ids;
 use crate::input::ResumeEntry;
 use crate::interrupts::{self, Answer};
@@ -128,6 +128,15 @@ impl Run<'_> {
             task.get("contextId").and_then(Value::as_str) == Some(self.doc.context_id.as_str());
         if !same_task || !same_context {
             return Break(End::Failed(Msg::IdentityChanged.err()));
+        }
+        let session = task
+            .pointer(crate::a2a::incoming::POINTER)
+            .and_then(|iac| iac.get(crate::a2a::incoming::SESSION_ID))
+            .and_then(Value::as_str);
+        if let (Some(s), Some(known)) = (session, self.doc.iac_code_session_id.as_deref()) {
+            if s != known {
+                return Break(End::Failed(Msg::SessionChanged.err()));
+            }
         }
         let state = normalize_state(
             task.pointer("/status/state")
@@ -275,9 +284,13 @@ impl Run<'_> {
             let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
             match self.app.a2a.send_message(&message) {
                 Ok(Rpc::Result(_)) => {}
-                Ok(Rpc::Error { message, .. }) => {
+                Ok(Rpc::Error {
+                    message,
+                    kernel_code,
+                    ..
+                }) => {
                     log::warn!("the A2A service refused the answer: {message}");
-                    return End::Failed(Msg::AnswerRefused.err());
+                    return End::Failed(refusal(kernel_code.as_deref()));
                 }
                 Err(e) => return End::Failed(e),
             }
@@ -414,12 +427,12 @@ impl Run<'_> {
     ) -> ControlFlow<End, (A2aStream, Value)> {
         let mut upstream = match self.app.a2a.send_streaming(message) {
             Ok(s) => s,
-            Err(e) => return Break(End::Failed(e)),
+            Err(e) => return Break(End::Failed(refused(e))),
         };
         let first = match upstream.next_result() {
             Ok(Some(item)) => item,
             Ok(None) => return Break(End::Failed(Msg::AnswerRefused.err())),
-            Err(e) => return Break(End::Failed(e)),
+            Err(e) => return Break(End::Failed(refused(e))),
         };
         self.record_applied(&answered.entry)?;
         self.cancel_on_disconnect();
@@ -442,6 +455,27 @@ impl Run<'_> {
             return Break(End::Failed(e));
         }
         Continue(())
+    }
+}
+
+/// A refused answer: the kernel's own `SESSION_BACKUP_NOT_READY` (retry shortly), else the
+/// service did not take it (`A2A_UNAVAILABLE`, the answer stays pending).
+fn refusal(kernel_code: Option<&str>) -> Error {
+    if kernel_code == Some(a2a::SESSION_BACKUP_NOT_READY) {
+        Msg::SessionBackupNotReady.err()
+    } else {
+        Msg::AnswerRefused.err()
+    }
+}
+
+/// A JSON-RPC error instead of the answer's first item: the kernel refused the answer, which is
+/// still pending (the reference's `_raise_for_a2a_error`: `A2A_UNAVAILABLE`), not a failed task.
+fn refused(e: Error) -> Error {
+    if e.code == Code::A2aExecutionFailed {
+        log::warn!("the A2A service refused the answer: {e}");
+        Msg::AnswerRefused.err()
+    } else {
+        e
     }
 }
 

@@ -32,6 +32,32 @@ impl FakeKernel {
         self.state.reject_answers.store(on, Ordering::SeqCst);
     }
 
+    /// The next `method` call is answered with the JSON-RPC `error` object instead (a kernel
+    /// having trouble, or refusing for a reason of its own).
+    pub fn fail_next_rpc(&self, method: &str, error: Value) {
+        let reply = json!({"jsonrpc": "2.0", "id": null, "error": error});
+        self.state
+            .faults
+            .lock()
+            .unwrap()
+            .push((method.to_string(), 200, reply));
+    }
+
+    /// The next request to the extension `path` is answered with `status` and `body` instead.
+    pub fn fail_next_http(&self, path: &str, status: u16, body: Value) {
+        self.state
+            .faults
+            .lock()
+            .unwrap()
+            .push((path.to_string(), status, body));
+    }
+
+    /// Every context gets a new iac-code session at its next message (a kernel that lost its
+    /// context-to-session links, which the adapter must not take silently).
+    pub fn renew_sessions(&self) {
+        self.state.sessions.lock().unwrap().clear();
+    }
+
     /// While set, `CancelTask` calls hang without an answer (a hung kernel).
     pub fn stall_cancels(&self, on: bool) {
         self.state.stall_cancels.store(on, Ordering::SeqCst);
@@ -41,6 +67,21 @@ impl FakeKernel {
     pub fn ignore_cancels(&self, on: bool) {
         self.state.ignore_cancels.store(on, Ordering::SeqCst);
     }
+}
+
+/// The fault waiting for this request, if any: `(status, body)`, the JSON-RPC id filled in.
+pub(crate) fn take_fault(state: &State, path: &str, body: &Value) -> Option<(u16, Value)> {
+    let key = match path {
+        "/" => body["method"].as_str().unwrap_or(""),
+        other => other,
+    };
+    let mut faults = state.faults.lock().unwrap();
+    let i = faults.iter().position(|(k, _, _)| k == key)?;
+    let (_, status, mut reply) = faults.remove(i);
+    if path == "/" {
+        reply["id"] = body["id"].clone();
+    }
+    Some((status, reply))
 }
 
 fn open_gate(state: &State, gate: &str) {

@@ -76,6 +76,9 @@ struct State {
     stall_cancels: AtomicBool,
     /// A kernel that ignores `CancelTask` (answers, but the task keeps working).
     ignore_cancels: AtomicBool,
+    /// One-shot faults: the next request for the key (a JSON-RPC method, or a path) is answered
+    /// with this HTTP status and body instead.
+    faults: Mutex<Vec<(String, u16, Value)>>,
 }
 
 pub struct FakeKernel {
