@@ -817,3 +817,55 @@ fn the_recovery_cursor_moves_to_the_snapshots_last_sequence() {
         "events the snapshot covered: {replayed:?}"
     );
 }
+
+#[test]
+fn a_retry_after_a_partial_failure_skips_the_answer_already_applied_and_sends_the_rest_once() {
+    let (k, a) = setup();
+    let r = a.run(&a.request("t-partial", "r1", "scenario:side-waits"));
+    assert_eq!(r.interrupts().len(), 2);
+    let both = json!([
+        {"interruptId": "permission-c2", "status": "resolved", "payload": {"decision": "allow_once"}},
+        {"interruptId": "permission-c1", "status": "resolved", "payload": {"decision": "allow_once"}}
+    ]);
+    // The kernel takes c2's answer, then has trouble with c1's.
+    k.fail_rpc_after(
+        "SendMessage",
+        1,
+        json!({"code": -32603, "message": "Internal error"}),
+    );
+    let r = a.run(&a.resume_request("t-partial", "r2", both.clone()));
+    assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
+    let state = a.state_file("t-partial");
+    assert_eq!(
+        state["execution"]["pending"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["permission-c1"]
+    );
+    // A different answer for the applied c2 is a conflict, and reaches nothing.
+    let changed = json!([
+        {"interruptId": "permission-c2", "status": "resolved", "payload": {"decision": "deny"}},
+        {"interruptId": "permission-c1", "status": "resolved", "payload": {"decision": "allow_once"}}
+    ]);
+    let r = a.run(&a.resume_request("t-partial", "r3", changed));
+    assert_eq!(r.error_code(), "RESUME_ALREADY_APPLIED");
+    // The client's retry repeats both: c2 is applied already, c1 goes on.
+    let r = a.run(&a.resume_request("t-partial", "r4", both));
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    let sent: Vec<Value> = k
+        .calls("SendMessage")
+        .iter()
+        .map(|c| c["body"]["params"]["message"]["parts"][0]["data"]["inputId"].clone())
+        .collect();
+    // c2 once; c1 twice, the first refused by the fault before the kernel saw it.
+    assert_eq!(
+        sent,
+        [
+            json!("permission-c2"),
+            json!("permission-c1"),
+            json!("permission-c1")
+        ]
+    );
+}

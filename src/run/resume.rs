@@ -200,13 +200,16 @@ impl Run<'_> {
                 return Break(End::Failed(repeated_interrupt_id()));
             }
             let Some(pending) = self.execution().pending.get(&entry.interrupt_id).cloned() else {
-                return Break(End::Failed(
-                    if was_applied(&self.doc, &execution_id, &entry.interrupt_id) {
-                        already_applied()
-                    } else {
-                        unknown_interrupt()
-                    },
-                ));
+                // A retry after a partial failure repeats the answers already taken: the same
+                // answer is applied already and the rest goes on; another one is a conflict.
+                match applied_digest(&self.doc, &execution_id, &entry.interrupt_id) {
+                    Some(d) if d == ids::json_digest(&entry.canonical()) => {
+                        log::info!("answer to {} applied already; skipped", entry.interrupt_id);
+                        continue;
+                    }
+                    Some(_) => return Break(End::Failed(already_applied())),
+                    None => return Break(End::Failed(unknown_interrupt())),
+                }
             };
             match interrupts::answer(&pending.value, entry.cancelled, entry.payload.as_ref()) {
                 Ok(answer) => answers.push(Answered {
@@ -477,6 +480,18 @@ fn refused(e: Error) -> Error {
     } else {
         e
     }
+}
+
+/// The digest of the answer applied to `interrupt_id` in the execution, if one was.
+fn applied_digest<'d>(
+    doc: &'d ThreadDoc,
+    execution_id: &str,
+    interrupt_id: &str,
+) -> Option<&'d str> {
+    doc.applied_resume_digests
+        .iter()
+        .find(|d| d.execution_id == execution_id && d.interrupt_id == interrupt_id)
+        .map(|d| d.digest.as_str())
 }
 
 fn was_applied(doc: &ThreadDoc, execution_id: &str, interrupt_id: &str) -> bool {

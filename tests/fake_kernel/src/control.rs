@@ -4,7 +4,7 @@
 //! `/__control/` (not recorded, no token needed).
 
 use crate::http::respond;
-use crate::{FakeKernel, State};
+use crate::{FakeKernel, Fault, State};
 use serde_json::{json, Value};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
@@ -35,21 +35,27 @@ impl FakeKernel {
     /// The next `method` call is answered with the JSON-RPC `error` object instead (a kernel
     /// having trouble, or refusing for a reason of its own).
     pub fn fail_next_rpc(&self, method: &str, error: Value) {
-        let reply = json!({"jsonrpc": "2.0", "id": null, "error": error});
-        self.state
-            .faults
-            .lock()
-            .unwrap()
-            .push((method.to_string(), 200, reply));
+        self.fail_rpc_after(method, 0, error);
+    }
+
+    /// As `fail_next_rpc`, once `skip` calls of `method` have gone through.
+    pub fn fail_rpc_after(&self, method: &str, skip: usize, error: Value) {
+        let body = json!({"jsonrpc": "2.0", "id": null, "error": error});
+        self.add_fault(method, skip, 200, body);
     }
 
     /// The next request to the extension `path` is answered with `status` and `body` instead.
     pub fn fail_next_http(&self, path: &str, status: u16, body: Value) {
-        self.state
-            .faults
-            .lock()
-            .unwrap()
-            .push((path.to_string(), status, body));
+        self.add_fault(path, 0, status, body);
+    }
+
+    fn add_fault(&self, key: &str, skip: usize, status: u16, body: Value) {
+        self.state.faults.lock().unwrap().push(Fault {
+            key: key.to_string(),
+            skip,
+            status,
+            body,
+        });
     }
 
     /// Every context gets a new iac-code session at its next message (a kernel that lost its
@@ -76,8 +82,16 @@ pub(crate) fn take_fault(state: &State, path: &str, body: &Value) -> Option<(u16
         other => other,
     };
     let mut faults = state.faults.lock().unwrap();
-    let i = faults.iter().position(|(k, _, _)| k == key)?;
-    let (_, status, mut reply) = faults.remove(i);
+    let i = faults.iter().position(|f| f.key == key)?;
+    if faults[i].skip > 0 {
+        faults[i].skip -= 1;
+        return None;
+    }
+    let Fault {
+        status,
+        body: mut reply,
+        ..
+    } = faults.remove(i);
     if path == "/" {
         reply["id"] = body["id"].clone();
     }

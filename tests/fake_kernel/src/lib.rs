@@ -61,6 +61,14 @@ struct Task {
     log: Arc<Mutex<Vec<Value>>>,
 }
 
+/// A one-shot fault: after `skip` requests for `key` pass, the next gets `status` and `body`.
+struct Fault {
+    key: String,
+    skip: usize,
+    status: u16,
+    body: Value,
+}
+
 #[derive(Default)]
 struct State {
     tasks: Mutex<HashMap<String, Task>>,
@@ -78,7 +86,7 @@ struct State {
     ignore_cancels: AtomicBool,
     /// One-shot faults: the next request for the key (a JSON-RPC method, or a path) is answered
     /// with this HTTP status and body instead.
-    faults: Mutex<Vec<(String, u16, Value)>>,
+    faults: Mutex<Vec<Fault>>,
 }
 
 pub struct FakeKernel {
