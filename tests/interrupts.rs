@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use fake_kernel::FakeKernel;
+use fake_kernel::{permission_flow, FakeKernel, Step};
 use serde_json::{json, Value};
 use std::io::Read;
 use std::time::Duration;
@@ -868,4 +868,71 @@ fn a_retry_after_a_partial_failure_skips_the_answer_already_applied_and_sends_th
             json!("permission-c1")
         ]
     );
+}
+
+/// Polls `done` (every 10 ms, at most 20 s): a wait for another process to reach a point.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..2000 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("never happened: {what}");
+}
+
+#[test]
+fn a_sigkill_between_an_answer_sent_and_its_pending_cleared_never_runs_the_tool_twice() {
+    let (k, mut a) = setup();
+    // Point 1: the kernel took the answer, the adapter never heard back (pending still set).
+    let (_, i) = interrupted(&a, "t-kill-sent");
+    k.hold_answers(true);
+    let (url, body) = (
+        a.url.clone(),
+        a.resume_request("t-kill-sent", "r2", allow(&i["id"])),
+    );
+    let cut = std::thread::spawn(move || post_run(&url, &body, &[]));
+    wait_for("the kernel took the answer", || k.accepted_answers() == 1);
+    a.restart();
+    k.hold_answers(false);
+    let _ = cut.join();
+    assert_eq!(
+        pending_count(&a, "t-kill-sent"),
+        1,
+        "the answer was never confirmed"
+    );
+    // The client's retry reaches a kernel that no longer waits for it: the tool does not run
+    // again. (The refusal, A2A_UNAVAILABLE, leaves the wait pending until it expires: a refusal
+    // does not say whether the kernel took this very answer, so nothing is cleared on it.)
+    let _ = a.run(&a.resume_request("t-kill-sent", "r3", allow(&i["id"])));
+    assert_eq!(k.accepted_answers(), 1, "the tool ran once");
+
+    // Point 2: the answer accepted and its pending cleared, the task still running on.
+    let (run1, envelope, run2) = permission_flow();
+    let mut script = run1;
+    let mut after = vec![Step::Gate("slow-tool".into())];
+    after.extend(run2);
+    script.push(Step::Input {
+        envelope,
+        allow: after,
+        deny: vec![],
+        answer: vec![],
+    });
+    k.script("slow-tool", script);
+    let r = a.run(&a.request("t-kill-cleared", "r1", "scenario:slow-tool"));
+    let i = r.interrupts()[0].clone();
+    let (url, body) = (
+        a.url.clone(),
+        a.resume_request("t-kill-cleared", "r2", allow(&i["id"])),
+    );
+    let cut = std::thread::spawn(move || post_run(&url, &body, &[]));
+    wait_for("pending cleared", || {
+        pending_count(&a, "t-kill-cleared") == 0
+    });
+    a.restart();
+    k.open("slow-tool");
+    let _ = cut.join();
+    let retry = a.run(&a.resume_request("t-kill-cleared", "r3", allow(&i["id"])));
+    assert_eq!(retry.error_code(), "RESUME_ALREADY_APPLIED");
+    assert_eq!(k.accepted_answers(), 2, "each thread's tool ran once");
 }

@@ -64,6 +64,16 @@ impl FakeKernel {
         self.state.sessions.lock().unwrap().clear();
     }
 
+    /// While set, the reply to an answer the kernel took waits (at most 60 s).
+    pub fn hold_answers(&self, on: bool) {
+        self.state.hold_answers.store(on, Ordering::SeqCst);
+    }
+
+    /// How many answers to input waits the kernel took (each runs its tool once).
+    pub fn accepted_answers(&self) -> u64 {
+        self.state.accepted_answers.load(Ordering::SeqCst)
+    }
+
     /// While set, `CancelTask` calls hang without an answer (a hung kernel).
     pub fn stall_cancels(&self, on: bool) {
         self.state.stall_cancels.store(on, Ordering::SeqCst);

@@ -87,6 +87,11 @@ struct State {
     /// One-shot faults: the next request for the key (a JSON-RPC method, or a path) is answered
     /// with this HTTP status and body instead.
     faults: Mutex<Vec<Fault>>,
+    /// While set, an accepted answer's reply waits (the kernel took it; the caller has not
+    /// heard back yet).
+    hold_answers: AtomicBool,
+    /// Answers taken to an input wait: each one runs what the wait held back (the tool).
+    accepted_answers: AtomicU64,
 }
 
 pub struct FakeKernel {

@@ -69,8 +69,19 @@ pub(crate) fn send_streaming(
                 answer,
                 id: req["id"].clone(),
             };
+            if m["taskId"].is_string() {
+                hold_while_asked(state);
+            }
             stream(state, conn, &vars, &first, &script)
         }
+    }
+}
+
+/// `FakeKernel::hold_answers`: the answer is taken, its reply waits (bounded).
+fn hold_while_asked(state: &State) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while state.hold_answers.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
@@ -272,6 +283,7 @@ fn take_answer(state: &State, m: &Value, task_id: &str, ctx: &str) -> Result<Acc
     task.input = None;
     task.continuation = None;
     task.state = "TASK_STATE_WORKING".into();
+    state.accepted_answers.fetch_add(1, Ordering::SeqCst);
     Ok(Accepted::Play {
         task: task_id.to_string(),
         script,
