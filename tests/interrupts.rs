@@ -901,11 +901,17 @@ fn a_sigkill_between_an_answer_sent_and_its_pending_cleared_never_runs_the_tool_
         1,
         "the answer was never confirmed"
     );
-    // The client's retry reaches a kernel that no longer waits for it: the tool does not run
-    // again. (The refusal, A2A_UNAVAILABLE, leaves the wait pending until it expires: a refusal
-    // does not say whether the kernel took this very answer, so nothing is cleared on it.)
-    let _ = a.run(&a.resume_request("t-kill-sent", "r3", allow(&i["id"])));
+    // The client's retry: the task's history shows the kernel took the answer, so it is not
+    // sent again; the wait is cleared and the run follows the task to its end.
+    let retry = a.run(&a.resume_request("t-kill-sent", "r3", allow(&i["id"])));
     assert_eq!(k.accepted_answers(), 1, "the tool ran once");
+    assert_eq!(
+        retry.last()["outcome"]["type"],
+        "success",
+        "{:?}",
+        retry.last()
+    );
+    assert_eq!(pending_count(&a, "t-kill-sent"), 0);
 
     // Point 2: the answer accepted and its pending cleared, the task still running on.
     let (run1, envelope, run2) = permission_flow();

@@ -50,6 +50,13 @@ impl Run<'_> {
             .collect();
         self.proj.answered(applied);
         match self.prepare_answers(entries) {
+            // Every answer was taken by the kernel already (an adapter killed before it heard
+            // back): the task runs on; follow it.
+            Continue((task_id, answers)) if answers.is_empty() => {
+                let since = self.proj.durable().pipeline_sequence;
+                self.cancel_on_disconnect();
+                self.follow(&task_id, since)
+            }
             Continue((task_id, answers)) => self.send_answers(&task_id, answers),
             Break(end) => end,
         }
@@ -70,6 +77,7 @@ impl Run<'_> {
             return Break(self.interrupt(fresh));
         }
         let answers = self.validate_answers(entries)?;
+        let answers = self.skip_taken(&task, answers)?;
         if answers.iter().any(|a| a.answer == Answer::CancelExecution) {
             self.cancel_upstream();
             return Break(self.terminal(End::Failed(Msg::CancelledByResponse.err())));
@@ -186,6 +194,30 @@ impl Run<'_> {
             Err(e) => log::warn!("pipeline recovery failed: {e}"),
         }
         Continue(())
+    }
+
+    /// Answers the kernel took already, though this adapter never heard back (killed between
+    /// sending an answer and clearing its pending input): the task's history holds the answer's
+    /// message (the A2A SDK keeps every message a task took, `TaskManager.update_with_message`),
+    /// named `agui-resume-…-<interruptId>`. They are recorded as applied, never sent again.
+    fn skip_taken(
+        &mut self,
+        task: &Value,
+        answers: Vec<Answered>,
+    ) -> ControlFlow<End, Vec<Answered>> {
+        let mut rest = Vec::with_capacity(answers.len());
+        for answered in answers {
+            if !answer_in_history(task, &answered.entry.interrupt_id) {
+                rest.push(answered);
+                continue;
+            }
+            log::info!(
+                "the kernel took the answer to {} already; not sent again",
+                answered.entry.interrupt_id
+            );
+            self.record_applied(&answered.entry)?;
+        }
+        Continue(rest)
     }
 
     /// Every pending interrupt answered exactly once, each answer valid for its interrupt.
@@ -480,6 +512,19 @@ fn refused(e: Error) -> Error {
     } else {
         e
     }
+}
+
+/// Whether the task's history holds a user message of ours answering `interrupt_id` (message
+/// ids `agui-resume-<runId>-<interruptId>` or `agui-resume-<interruptId>`).
+fn answer_in_history(task: &Value, interrupt_id: &str) -> bool {
+    let suffix = format!("-{interrupt_id}");
+    task.get("history")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("ROLE_USER"))
+        .filter_map(|m| m.get("messageId").and_then(Value::as_str))
+        .any(|id| id.starts_with("agui-resume-") && id.ends_with(&suffix))
 }
 
 /// The digest of the answer applied to `interrupt_id` in the execution, if one was.
