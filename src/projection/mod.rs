@@ -131,6 +131,14 @@ impl Projection {
         self
     }
 
+    /// A new turn of a thread whose iac-code session is known: the same one is expected.
+    pub fn in_session(mut self, session_id: Option<&str>) -> Projection {
+        if let Some(s) = session_id {
+            self.session = Session::expecting(s);
+        }
+        self
+    }
+
     /// Inputs answered already in this execution: never announced again.
     pub(crate) fn answered(&mut self, ids: impl IntoIterator<Item = String>) {
         self.answered.extend(ids);
@@ -197,7 +205,7 @@ impl Projection {
         self.session
             .check_identity(&self.ids.context_id, kind, item)?;
         let iac = item.pointer(incoming::POINTER).unwrap_or(&NULL);
-        self.session.learn(iac);
+        self.session.learn(iac)?;
         if self.session.is_known() {
             self.announce(out);
         }
@@ -246,6 +254,12 @@ impl Projection {
                 self.on_pipeline(envelope, out);
             }
             self.dedup.recovering = false;
+        }
+        let last = state
+            .pointer("/snapshot/lastSequence")
+            .and_then(Value::as_f64);
+        if let Some(last) = last {
+            self.dedup.covered(last as u64);
         }
     }
 

@@ -120,6 +120,12 @@ impl Dedup {
         self.sequence
     }
 
+    /// A recovery snapshot covers the pipeline up to its `lastSequence`: the cursor moves there
+    /// even when no listed event reached it (the reference's `map_pipeline_recovery`).
+    pub(super) fn covered(&mut self, last_sequence: u64) {
+        self.sequence = self.sequence.max(last_sequence);
+    }
+
     /// Whether the envelope is new; a new one advances the sequence.
     fn admit(&mut self, event_type: &str, envelope: &Value) -> bool {
         let sequence = envelope

@@ -136,7 +136,8 @@ impl<'a> Run<'a> {
         live: Arc<LiveRun>,
         feed: Arc<Feed>,
     ) -> (Run<'a>, Mode) {
-        let mut proj = Projection::new(live.ids.clone(), a.lang);
+        let mut proj = Projection::new(live.ids.clone(), a.lang)
+            .in_session(a.doc.iac_code_session_id.as_deref());
         if let (Mode::Resume(_), Some(exec)) = (&a.mode, &a.doc.execution) {
             if let Some(task) = &exec.task_id {
                 let durable = Durable {

@@ -12,7 +12,7 @@
 
 use super::{lost, Run, Write};
 use crate::a2a::{self, A2aStream, Rpc, RunMode, Turn};
-use crate::error::{Error, Msg};
+use crate::error::{Code, Error, Msg};
 use crate::ids;
 use crate::input::ResumeEntry;
 use crate::interrupts::{self, Answer};
@@ -50,6 +50,13 @@ impl Run<'_> {
             .collect();
         self.proj.answered(applied);
         match self.prepare_answers(entries) {
+            // Every answer was taken by the kernel already (an adapter killed before it heard
+            // back): the task runs on; follow it.
+            Continue((task_id, answers)) if answers.is_empty() => {
+                let since = self.proj.durable().pipeline_sequence;
+                self.cancel_on_disconnect();
+                self.follow(&task_id, since)
+            }
             Continue((task_id, answers)) => self.send_answers(&task_id, answers),
             Break(end) => end,
         }
@@ -70,6 +77,7 @@ impl Run<'_> {
             return Break(self.interrupt(fresh));
         }
         let answers = self.validate_answers(entries)?;
+        let answers = self.skip_taken(&task, answers)?;
         if answers.iter().any(|a| a.answer == Answer::CancelExecution) {
             self.cancel_upstream();
             return Break(self.terminal(End::Failed(Msg::CancelledByResponse.err())));
@@ -129,6 +137,15 @@ impl Run<'_> {
         if !same_task || !same_context {
             return Break(End::Failed(Msg::IdentityChanged.err()));
         }
+        let session = task
+            .pointer(crate::a2a::incoming::POINTER)
+            .and_then(|iac| iac.get(crate::a2a::incoming::SESSION_ID))
+            .and_then(Value::as_str);
+        if let (Some(s), Some(known)) = (session, self.doc.iac_code_session_id.as_deref()) {
+            if s != known {
+                return Break(End::Failed(Msg::SessionChanged.err()));
+            }
+        }
         let state = normalize_state(
             task.pointer("/status/state")
                 .and_then(Value::as_str)
@@ -179,6 +196,30 @@ impl Run<'_> {
         Continue(())
     }
 
+    /// Answers the kernel took already, though this adapter never heard back (killed between
+    /// sending an answer and clearing its pending input): the task's history holds the answer's
+    /// message (the A2A SDK keeps every message a task took, `TaskManager.update_with_message`),
+    /// named `agui-resume-…-<interruptId>`. They are recorded as applied, never sent again.
+    fn skip_taken(
+        &mut self,
+        task: &Value,
+        answers: Vec<Answered>,
+    ) -> ControlFlow<End, Vec<Answered>> {
+        let mut rest = Vec::with_capacity(answers.len());
+        for answered in answers {
+            if !answer_in_history(task, &answered.entry.interrupt_id) {
+                rest.push(answered);
+                continue;
+            }
+            log::info!(
+                "the kernel took the answer to {} already; not sent again",
+                answered.entry.interrupt_id
+            );
+            self.record_applied(&answered.entry)?;
+        }
+        Continue(rest)
+    }
+
     /// Every pending interrupt answered exactly once, each answer valid for its interrupt.
     fn validate_answers(&mut self, entries: &[ResumeEntry]) -> ControlFlow<End, Vec<Answered>> {
         let execution_id = self.execution().execution_id.clone();
@@ -191,13 +232,16 @@ impl Run<'_> {
                 return Break(End::Failed(repeated_interrupt_id()));
             }
             let Some(pending) = self.execution().pending.get(&entry.interrupt_id).cloned() else {
-                return Break(End::Failed(
-                    if was_applied(&self.doc, &execution_id, &entry.interrupt_id) {
-                        already_applied()
-                    } else {
-                        unknown_interrupt()
-                    },
-                ));
+                // A retry after a partial failure repeats the answers already taken: the same
+                // answer is applied already and the rest goes on; another one is a conflict.
+                match applied_digest(&self.doc, &execution_id, &entry.interrupt_id) {
+                    Some(d) if d == ids::json_digest(&entry.canonical()) => {
+                        log::info!("answer to {} applied already; skipped", entry.interrupt_id);
+                        continue;
+                    }
+                    Some(_) => return Break(End::Failed(already_applied())),
+                    None => return Break(End::Failed(unknown_interrupt())),
+                }
             };
             match interrupts::answer(&pending.value, entry.cancelled, entry.payload.as_ref()) {
                 Ok(answer) => answers.push(Answered {
@@ -275,9 +319,13 @@ impl Run<'_> {
             let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
             match self.app.a2a.send_message(&message) {
                 Ok(Rpc::Result(_)) => {}
-                Ok(Rpc::Error { message, .. }) => {
+                Ok(Rpc::Error {
+                    message,
+                    kernel_code,
+                    ..
+                }) => {
                     log::warn!("the A2A service refused the answer: {message}");
-                    return End::Failed(Msg::AnswerRefused.err());
+                    return End::Failed(refusal(kernel_code.as_deref()));
                 }
                 Err(e) => return End::Failed(e),
             }
@@ -414,12 +462,12 @@ impl Run<'_> {
     ) -> ControlFlow<End, (A2aStream, Value)> {
         let mut upstream = match self.app.a2a.send_streaming(message) {
             Ok(s) => s,
-            Err(e) => return Break(End::Failed(e)),
+            Err(e) => return Break(End::Failed(refused(e))),
         };
         let first = match upstream.next_result() {
             Ok(Some(item)) => item,
             Ok(None) => return Break(End::Failed(Msg::AnswerRefused.err())),
-            Err(e) => return Break(End::Failed(e)),
+            Err(e) => return Break(End::Failed(refused(e))),
         };
         self.record_applied(&answered.entry)?;
         self.cancel_on_disconnect();
@@ -443,6 +491,52 @@ impl Run<'_> {
         }
         Continue(())
     }
+}
+
+/// A refused answer: the kernel's own `SESSION_BACKUP_NOT_READY` (retry shortly), else the
+/// service did not take it (`A2A_UNAVAILABLE`, the answer stays pending).
+fn refusal(kernel_code: Option<&str>) -> Error {
+    if kernel_code == Some(a2a::SESSION_BACKUP_NOT_READY) {
+        Msg::SessionBackupNotReady.err()
+    } else {
+        Msg::AnswerRefused.err()
+    }
+}
+
+/// A JSON-RPC error instead of the answer's first item: the kernel refused the answer, which is
+/// still pending (the reference's `_raise_for_a2a_error`: `A2A_UNAVAILABLE`), not a failed task.
+fn refused(e: Error) -> Error {
+    if e.code == Code::A2aExecutionFailed {
+        log::warn!("the A2A service refused the answer: {e}");
+        Msg::AnswerRefused.err()
+    } else {
+        e
+    }
+}
+
+/// Whether the task's history holds a user message of ours answering `interrupt_id` (message
+/// ids `agui-resume-<runId>-<interruptId>` or `agui-resume-<interruptId>`).
+fn answer_in_history(task: &Value, interrupt_id: &str) -> bool {
+    let suffix = format!("-{interrupt_id}");
+    task.get("history")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("ROLE_USER"))
+        .filter_map(|m| m.get("messageId").and_then(Value::as_str))
+        .any(|id| id.starts_with("agui-resume-") && id.ends_with(&suffix))
+}
+
+/// The digest of the answer applied to `interrupt_id` in the execution, if one was.
+fn applied_digest<'d>(
+    doc: &'d ThreadDoc,
+    execution_id: &str,
+    interrupt_id: &str,
+) -> Option<&'d str> {
+    doc.applied_resume_digests
+        .iter()
+        .find(|d| d.execution_id == execution_id && d.interrupt_id == interrupt_id)
+        .map(|d| d.digest.as_str())
 }
 
 fn was_applied(doc: &ThreadDoc, execution_id: &str, interrupt_id: &str) -> bool {

@@ -821,12 +821,13 @@ def pipeline_input(thread, run, ros, cwd, text=None, resume=None) -> dict:
     return body
 
 
-def answer_payload(it: dict) -> dict:
-    """The first answer the interrupt's responseSchema allows: allow_once, else the first option."""
+def answer_payload(it: dict, permission: str = "allow_once") -> dict:
+    """The first answer the interrupt's responseSchema allows: `permission` for a permission,
+    else the first option."""
     schema = it.get("responseSchema") or {}
     enum = (((schema.get("properties") or {}).get("decision")) or {}).get("enum") or []
-    if "allow_once" in enum:
-        return {"decision": "allow_once"}
+    if permission in enum:
+        return {"decision": permission}
     for alt in schema.get("oneOf") or schema.get("anyOf") or []:
         const = (((alt.get("properties") or {}).get("selectedId")) or {}).get("const")
         if const is not None:
@@ -834,21 +835,26 @@ def answer_payload(it: dict) -> dict:
     return {"freeText": "ok"}
 
 
-def drive_pipeline(sc: Scenario, port: int, tag: str, cwd: str) -> list:
-    """Run 1, then one resume per interrupt round until the run ends without one (bounded)."""
-    thread, run, ros = ids(f"{tag}-p")
+def drive_pipeline(sc: Scenario, port: int, tag: str, cwd: str, permission: str = "allow_once",
+                   at_interrupt=None, variant: str = "p") -> list:
+    """Run 1, then one resume per interrupt round until the run ends without one (bounded).
+    `at_interrupt(i)`, when given, runs after run i ended with an interrupt, before its resume."""
+    thread, run, ros = ids(f"{tag}-{variant}")
     streams = [post_run(port, pipeline_input(thread, run, ros, cwd, text=PIPELINE_PROMPT),
-                        f"{tag}/p/run1")]
+                        f"{tag}/{variant}/run1")]
     check_run_envelope(sc, streams[0], thread, run, f"{tag} run 1")
     while streams[-1].outcome_type() == "interrupt" and len(streams) < PIPELINE_MAX_RUNS:
-        resume = [{"interruptId": it["id"], "status": "resolved", "payload": answer_payload(it)}
+        resume = [{"interruptId": it["id"], "status": "resolved",
+                   "payload": answer_payload(it, permission)}
                   for it in streams[-1].interrupts()]
         sc.note(f"{tag} run {len(streams)}: {len(resume)} interrupt(s) "
                 f"{[(it.get('metadata') or {}).get('kind') for it in streams[-1].interrupts()]}, "
                 f"answers {[r['payload'] for r in resume]}")
+        if at_interrupt is not None:
+            at_interrupt(len(streams))
         run = f"run-{uuid.uuid4()}"
         st = post_run(port, pipeline_input(thread, run, ros, cwd, resume=resume),
-                      f"{tag}/p/run{len(streams) + 1}")
+                      f"{tag}/{variant}/run{len(streams) + 1}")
         check_run_envelope(sc, st, thread, run, f"{tag} run {len(streams) + 1}")
         streams.append(st)
     for st in streams:   # kept with --keep, for reading the differences
@@ -895,61 +901,140 @@ def normalise(events: list) -> list:
     return out
 
 
+def in_candidate(line: str) -> bool:
+    """A normalised event of a candidate sub-pipeline (its steps, tools, CUSTOM events)."""
+    return "candidate" in line
+
+
 def compare_pipeline_run(i: int, ours: Stream, ref: Stream) -> list:
     """Differences between two runs of the same script, as failure lines (empty = the same).
 
-    Compared: the multiset of normalised events, and the exact order of the events outside the
-    candidate sub-pipelines (the two candidates run in parallel, so their interleaving is timing).
+    Compared per run: the events outside the candidate sub-pipelines, as a multiset and in their
+    exact order. The candidates' own events are compared over all runs (compare_candidates): the
+    two candidates run in parallel, and candidate B goes on while candidate A waits for its
+    permission, so whether one of B's events falls before or after the interrupt that ends a run
+    (and whether a step still open then is reopened by the next run) is timing, on both adapters.
     On purpose: ours sends CUSTOM iac-code.session.v1 right after RUN_STARTED on every run (the
     spec's order, checked by check_run_envelope); on a resume the reference sends it after the
     first replayed pipeline events, so it is left out of the order comparison."""
-    a, b = normalise(ours.events), normalise(ref.events)
+    lane = lambda ts: [t for t in ts if not in_candidate(t) and SESSION_EVENT not in t]  # noqa: E731
+    a, b = lane(normalise(ours.events)), lane(normalise(ref.events))
     out = []
     if sorted(a) != sorted(b):
         missing = sorted((collections.Counter(b) - collections.Counter(a)).elements())
         extra = sorted((collections.Counter(a) - collections.Counter(b)).elements())
         out.append(f"run {i}: events only in the reference's: {missing[:20]}; only in ours: "
                    f"{extra[:20]}")
-    lane = lambda ts: [t for t in ts if "candidate" not in t and SESSION_EVENT not in t]  # noqa: E731
-    if lane(a) != lane(b):
-        diff = list(difflib.unified_diff(lane(b), lane(a), "reference", "ours", lineterm="", n=1))
+    elif a != b:
+        diff = list(difflib.unified_diff(b, a, "reference", "ours", lineterm="", n=1))
         out.append(f"run {i}: the order of the pipeline's own events differs (- reference, + ours):"
                    + "\n        " + "\n        ".join(diff[:40]))
     return out
+
+
+def compare_candidates(ours: list, ref: list) -> list:
+    """The candidates' events over all runs: the same kinds of event, for the same candidate
+    steps and tools (see compare_pipeline_run for why not run by run)."""
+    kinds = lambda streams: {t for st in streams for t in normalise(st.events) if in_candidate(t)}  # noqa: E731
+    a, b = kinds(ours), kinds(ref)
+    if a == b:
+        return []
+    return [f"candidate events only in the reference's: {sorted(b - a)[:20]}; only in ours: "
+            f"{sorted(a - b)[:20]}"]
+
+
+def check_pipeline_runs(sc: Scenario, streams: list, tag: str) -> None:
+    """The selling pipeline's shape: every step reached, the three waits in order, completed."""
+    for i, st in enumerate(streams, 1):
+        sc.note(f"{tag} run {i}: {st.summary()[:600]}")
+    steps = [e.get("stepName") for st in streams for e in st.all("STEP_STARTED")]
+    sc.note(f"{tag} steps: {steps}")
+    sc.expect("intent_parsing" in steps, f"{tag}: no STEP_STARTED intent_parsing: {steps}")
+    for step in ("architecture_planning", "evaluate_candidates", "confirm_and_select", "deploying"):
+        sc.expect(step in steps, f"{tag}: the pipeline did not reach {step}: {steps}")
+    kinds = [[(it.get("metadata") or {}).get("kind") for it in st.interrupts()] for st in streams]
+    sc.expect(kinds == [["ask_user_question"], ["permission"], ["candidate_selection"], []],
+              f"{tag}: interrupts per run {kinds}, expected the question, candidate A's write_file "
+              "permission (the task WORKING), the candidate selection, then none")
+    sc.expect(streams[-1].outcome_type() == "success",
+              f"{tag}: last run: {streams[-1].summary()[-300:]}")
+    ends = [(e.get("value") or {}).get("eventType") for e in streams[-1].all("CUSTOM")
+            if e.get("name") == "iac-code.pipeline.v1"]
+    sc.expect(ends[-1:] == ["pipeline_completed"], f"{tag}: last run's pipeline events {ends}")
+
+
+def compare_with_reference(sc: Scenario, env: Env, ours: list, tag: str,
+                           permission: str = "allow_once") -> None:
+    """The reference adapter through the same script and answers, run by run."""
+    if env.args.skip_reference:
+        sc.note("reference comparison skipped (--skip-reference)")
+        return
+    env.ensure_reference()
+    cache = env.__dict__.setdefault("reference_pipelines", {})   # one reference run per answer
+    if permission not in cache:
+        cache[permission] = drive_pipeline(Scenario(f"ref.{tag}", "reference pipeline"),
+                                           env.ref_port, "ref", env.cwd(f"ref-{tag}"),
+                                           permission, variant=tag)
+        for i, st in enumerate(cache[permission], 1):
+            sc.note(f"reference run {i}: {st.summary()[:600]}")
+    ref = cache[permission]
+    sc.expect(len(ours) == len(ref), f"ours took {len(ours)} runs, the reference {len(ref)}")
+    for i, (o, r) in enumerate(zip(ours, ref), 1):
+        sc.failures.extend(compare_pipeline_run(i, o, r))
+    sc.failures.extend(compare_candidates(ours, ref))
 
 
 def scenario_p(sc: Scenario, env: Env):
     LOG_DIR[0] = env.logs
     ours = drive_pipeline(sc, env.ours_port, "ours", env.cwd("ours-p"))
     sc.streams = ours
-    for i, st in enumerate(ours, 1):
-        sc.note(f"ours run {i}: {st.summary()[:600]}")
-    steps = [e.get("stepName") for st in ours for e in st.all("STEP_STARTED")]
-    sc.note(f"ours steps: {steps}")
-    sc.expect("intent_parsing" in steps, f"no STEP_STARTED intent_parsing: {steps}")
-    for step in ("architecture_planning", "evaluate_candidates", "confirm_and_select", "deploying"):
-        sc.expect(step in steps, f"the pipeline did not reach {step}: {steps}")
-    kinds = [[(it.get("metadata") or {}).get("kind") for it in st.interrupts()] for st in ours]
-    sc.expect(kinds == [["ask_user_question"], ["permission"], ["candidate_selection"], []],
-              f"interrupts per run {kinds}, expected the question, candidate A's write_file "
-              "permission (the task WORKING), the candidate selection, then none")
-    sc.expect(ours[-1].outcome_type() == "success", f"last run: {ours[-1].summary()[-300:]}")
-    ends = [(e.get("value") or {}).get("eventType") for e in ours[-1].all("CUSTOM")
-            if e.get("name") == "iac-code.pipeline.v1"]
-    sc.expect(ends[-1:] == ["pipeline_completed"], f"last run's pipeline events {ends}")
+    check_pipeline_runs(sc, ours, "ours")
     sc.expect(os.path.isfile(os.path.join(env.cwd("ours-p"), "template-a.yaml")),
               "candidate A's template-a.yaml was not written after allow_once")
-    if env.args.skip_reference:
-        sc.note("reference comparison skipped (--skip-reference)")
-        return
-    env.ensure_reference()
-    ref = drive_pipeline(Scenario("ref.p", "reference pipeline"), env.ref_port, "ref",
-                         env.cwd("ref-p"))
-    for i, st in enumerate(ref, 1):
-        sc.note(f"reference run {i}: {st.summary()[:600]}")
-    sc.expect(len(ours) == len(ref), f"ours took {len(ours)} runs, the reference {len(ref)}")
-    for i, (o, r) in enumerate(zip(ours, ref), 1):
-        sc.failures.extend(compare_pipeline_run(i, o, r))
+    compare_with_reference(sc, env, ours, "p")
+
+
+def scenario_p_deny(sc: Scenario, env: Env):
+    """The same script with candidate A's sideband permission denied: the kernel hands the denial
+    to the LLM as the tool result, the script completes the step anyway, and the pipeline goes
+    on to the end; no file is written."""
+    LOG_DIR[0] = env.logs
+    ours = drive_pipeline(sc, env.ours_port, "ours", env.cwd("ours-p-deny"), "deny",
+                          variant="p.deny")
+    check_pipeline_runs(sc, ours, "ours (deny)")
+    sc.expect(not os.path.exists(os.path.join(env.cwd("ours-p-deny"), "template-a.yaml")),
+              "candidate A's template-a.yaml was written although its permission was denied")
+    results = [e for e in ours[2].all("TOOL_CALL_RESULT") if "_candidate" in e.get("toolCallId", "")]
+    sc.note(f"ours (deny): candidate tool results of run 3: {[r.get('content', '')[:80] for r in results]}")
+    compare_with_reference(sc, env, ours, "p-deny", "deny")
+
+
+def scenario_p_kill(sc: Scenario, env: Env):
+    """The same script with the adapter SIGKILLed at every interrupt (the question, the sideband
+    permission while the task is WORKING, the candidate selection) and restarted on the same
+    state dir and port before the resume. Everything a resume needs is on disk (pending inputs,
+    the pipeline sequence, open steps, text digests), so each stream must equal the reference's
+    (which is not restarted) event for event; nothing differs on purpose."""
+    LOG_DIR[0] = env.logs
+    restarts = []
+
+    def kill_and_restart(run: int):
+        old = env.ours
+        old.kill(signal.SIGKILL, grace=5)
+        sc.expect(not old.alive(), f"the adapter survived SIGKILL after run {run}")
+        CHILDREN.remove(old)
+        started = time.monotonic()
+        env.start_ours()
+        restarts.append(f"after run {run}: {time.monotonic() - started:.2f}s")
+
+    ours = drive_pipeline(sc, env.ours_port, "ours", env.cwd("ours-p-kill"),
+                          at_interrupt=kill_and_restart, variant="p.kill")
+    sc.note(f"adapter SIGKILLed and restarted {len(restarts)} times ({'; '.join(restarts)})")
+    sc.expect(len(restarts) == 3, f"expected a restart at each of the 3 interrupts: {restarts}")
+    check_pipeline_runs(sc, ours, "ours (killed)")
+    sc.expect(os.path.isfile(os.path.join(env.cwd("ours-p-kill"), "template-a.yaml")),
+              "candidate A's template-a.yaml was not written after allow_once")
+    compare_with_reference(sc, env, ours, "p-kill")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1126,6 +1211,7 @@ def scenario_f(sc: Scenario, env: Env):
     if strict:
         sc.note(f"{len(strict)} of our events pass only in pydantic's lax mode, e.g. "
                 f"{strict[0]['stream']}#{strict[0]['index']}: {strict[0]['error'].splitlines()[:3]}")
+    verify_with_agui_client(sc, env)
     # informational: the version the reference adapter itself is built on
     try:
         old = run_validator(env, None)
@@ -1136,6 +1222,34 @@ def scenario_f(sc: Scenario, env: Env):
                    if bad else ""))
     except Exception as exc:  # noqa: BLE001
         sc.note(f"validation with the venv's ag-ui-protocol skipped: {exc}")
+
+
+def verify_with_agui_client(sc: Scenario, env: Env) -> None:
+    """Every SSE stream through @ag-ui/client's verifyEvents (tests/conformance/verify-streams.mjs,
+    the client's own order checks: runs, steps, messages, tool calls); only ours can fail."""
+    node = shutil.which("node")
+    script = os.path.join(ROOT, "tests", "conformance", "verify-streams.mjs")
+    client = os.path.join(ROOT, "tests", "conformance", "node_modules", "@ag-ui", "client")
+    sc.require(node and os.path.isdir(client),
+               "@ag-ui/client missing: node on PATH and `npm ci` in tests/conformance (run.sh does)")
+    streams = [{"label": st.label, "events": st.events} for st in STREAMS if st.is_sse]
+    path = os.path.join(env.tmp, "verify-streams.json")
+    with open(path, "w") as fh:
+        json.dump(streams, fh)
+    done = subprocess.run([node, script, path], capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(script))
+    sc.require(done.returncode == 0, f"verify-streams.mjs failed: {done.stderr[-500:]}")
+    rep = json.loads(done.stdout)
+    ours = [e for e in rep["errors"] if e["label"].startswith("ours/")]
+    ref = [e for e in rep["errors"] if not e["label"].startswith("ours/")]
+    n_ours = sum(1 for st in streams if st["label"].startswith("ours/"))
+    sc.note(f"@ag-ui/client verifyEvents: {len(streams)} streams ({n_ours} ours), "
+            f"{rep['checked']} events passed; {len(ours)} of ours rejected, {len(ref)} of the "
+            "reference's rejected")
+    for e in ours[:10]:
+        sc.failures.append(f"verifyEvents rejected {e['label']}: {e['error']}")
+    for e in ref[:5]:
+        sc.note(f"verifyEvents rejected the reference's {e['label']}: {e['error']}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1750,6 +1864,11 @@ def main() -> int:
         port = env.ours_port
         if os.environ.get("REAL_KERNEL_PIPELINE") == "only":   # the pipeline scenario alone
             run_scenario("p", "selling pipeline (vs the reference)", scenario_p, env)
+            run_scenario("p.deny", "selling pipeline, side permission denied", scenario_p_deny, env)
+            run_scenario("p.kill", "selling pipeline, SIGKILL at each interrupt", scenario_p_kill,
+                         env)
+            run_scenario("f", "every event validates with ag-ui-protocol 1.0.0 and @ag-ui/client",
+                         scenario_f, env)
             failed = [r for r in RESULTS if r.status == "FAIL"]
             ok = not failed
             print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
@@ -1766,6 +1885,10 @@ def main() -> int:
         if os.environ.get("REAL_KERNEL_PIPELINE") != "0":   # REAL_KERNEL_PIPELINE=0 skips it
             run_scenario("p", "selling pipeline: question, side permission, candidates, selection,"
                               " deploying (vs the reference)", scenario_p, env)
+            run_scenario("p.deny", "selling pipeline with the side permission denied (vs the "
+                                   "reference)", scenario_p_deny, env)
+            run_scenario("p.kill", "selling pipeline, the adapter SIGKILLed and restarted at each "
+                                   "interrupt (vs the reference)", scenario_p_kill, env)
         if args.skip_reference:
             sg = Scenario("g", "reference adapter comparison")
             sg.status = "SKIP"
@@ -1774,7 +1897,8 @@ def main() -> int:
         else:
             run_scenario("g", "reference adapter comparison (a, b)", scenario_g, env, sa, sb, sd)
         run_normal_scenarios(env, port)
-        run_scenario("f", "every event validates with ag-ui-protocol 1.0.0", scenario_f, env)
+        run_scenario("f", "every event validates with ag-ui-protocol 1.0.0 and @ag-ui/client",
+                     scenario_f, env)
         failed = [r for r in RESULTS if r.status == "FAIL"]
         ok = not failed
         if failed:

@@ -17,6 +17,11 @@ export VENV="${VENV:-$ROOT/target/real-kernel-venv}"
 # pip has no overall deadline of its own: bound the (first-time) install
 timeout --kill-after=10 "${REAL_KERNEL_SETUP_TIMEOUT:-240}" bash "$HERE/setup.sh"
 
+# @ag-ui/client for scenario f's verifyEvents check (the conformance suite's pinned packages)
+if [[ ! -d "$ROOT/tests/conformance/node_modules/@ag-ui/client" ]]; then
+  (cd "$ROOT/tests/conformance" && timeout 120 npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 if [[ -z "${AGUI_BIN:-}" ]]; then
   AGUI_BIN="$ROOT/target/debug/iac-code-agui"
   if [[ ! -x "$AGUI_BIN" || "${REAL_KERNEL_BUILD:-0}" == "1" ]]; then

@@ -82,6 +82,14 @@ fn wind_down(state: &State, tasks: &mut HashMap<String, Task>) {
     }
 }
 
+/// A one-shot fault: after `skip` requests for `key` pass, the next gets `status` and `body`.
+struct Fault {
+    key: String,
+    skip: usize,
+    status: u16,
+    body: Value,
+}
+
 #[derive(Default)]
 struct State {
     tasks: Mutex<HashMap<String, Task>>,
@@ -100,6 +108,14 @@ struct State {
     /// Milliseconds a cancelled task keeps working (and its context busy) before it stops, as
     /// the real kernel winds a cancelled task down.
     slow_cancels: AtomicU64,
+    /// One-shot faults: the next request for the key (a JSON-RPC method, or a path) is answered
+    /// with this HTTP status and body instead.
+    faults: Mutex<Vec<Fault>>,
+    /// While set, an accepted answer's reply waits (the kernel took it; the caller has not
+    /// heard back yet).
+    hold_answers: AtomicBool,
+    /// Answers taken to an input wait: each one runs what the wait held back (the tool).
+    accepted_answers: AtomicU64,
 }
 
 pub struct FakeKernel {
