@@ -271,23 +271,18 @@ impl Run<'_> {
         }
         let last = answers.len() - 1;
         for (i, answered) in answers.into_iter().enumerate() {
-            let Answer::Message {
-                parts,
-                extra_metadata,
-            } = &answered.answer
-            else {
-                continue;
-            };
             let message_id = format!(
                 "agui-resume-{}-{}",
                 self.input.run_id, answered.entry.interrupt_id
             );
-            let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
+            let Some(message) = self.answer_message(&answered, &message_id, task_id) else {
+                continue;
+            };
             let (mut upstream, first) = match self.send_answer(&answered, &message) {
                 Continue(accepted) => accepted,
                 Break(end) => return end,
             };
-            self.resolve_tool(&answered, parts);
+            self.resolve_tool(&answered);
             if let Some(end) = self.project(&first, Write::Now) {
                 return self.conclude(end);
             }
@@ -308,15 +303,10 @@ impl Run<'_> {
     /// the same on a retry), applied once the kernel answers it; then the task is followed.
     fn send_side_answers(&mut self, task_id: &str, answers: Vec<Answered>, since: u64) -> End {
         for answered in answers {
-            let Answer::Message {
-                parts,
-                extra_metadata,
-            } = &answered.answer
-            else {
+            let message_id = format!("agui-resume-{}", answered.entry.interrupt_id);
+            let Some(message) = self.answer_message(&answered, &message_id, task_id) else {
                 continue;
             };
-            let message_id = format!("agui-resume-{}", answered.entry.interrupt_id);
-            let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
             match self.app.a2a.send_message(&message) {
                 Ok(Rpc::Result(_)) => {}
                 Ok(Rpc::Error {
@@ -403,7 +393,10 @@ impl Run<'_> {
 
     /// The answered question's tool call gets the answer text as its result, once the kernel
     /// accepted it (the reference, `iac_code/agui/adapter.py`: `resolved_tools`).
-    fn resolve_tool(&mut self, answered: &Answered, parts: &[Value]) {
+    fn resolve_tool(&mut self, answered: &Answered) {
+        let Answer::Message { parts, .. } = &answered.answer else {
+            return;
+        };
         if answered.is_permission() {
             return;
         }
@@ -417,14 +410,22 @@ impl Run<'_> {
         }
     }
 
-    /// An answer to the execution's task, in the mode the execution started in.
+    /// The message carrying `answered` to the execution's task, in the mode the execution
+    /// started in; none for an answer that cancels the execution instead.
     fn answer_message(
         &self,
+        answered: &Answered,
         message_id: &str,
-        parts: &[Value],
         task_id: &str,
-        extra: Option<Value>,
-    ) -> Value {
+    ) -> Option<Value> {
+        let Answer::Message {
+            parts,
+            extra_metadata,
+        } = &answered.answer
+        else {
+            return None;
+        };
+        let extra = extra_metadata.clone();
         let options = self.turn_options();
         let exec = self
             .doc
@@ -450,7 +451,9 @@ impl Run<'_> {
             },
         };
         let context = &self.doc.context_id;
-        a2a::user_message(message_id, parts, context, &options, turn)
+        Some(a2a::user_message(
+            message_id, parts, context, &options, turn,
+        ))
     }
 
     /// Sends one answer and waits for the kernel's first item, which means it was accepted: from
