@@ -1906,6 +1906,7 @@ def scenario_r(sc: Scenario, env: Env):
         sc.expect(any(e.get("type") == "TOOL_CALL_RESULT" for e in st2.events)
                   and st2.events[-1].get("type") == "RUN_FINISHED",
                   f"k={every} resume: {compact_tokens(st2.events)}")
+    cut_pipeline(sc, env, port)
     # 2. join: cut after 6 frames, re-attach without a cursor
     thread, run, ros = ids("ours-rj")
     first = read_frames(port, "/", run_input(thread, run, ros, cwd, prompt), cut_after=6)
@@ -1954,6 +1955,32 @@ def scenario_r(sc: Scenario, env: Env):
     sc.note(f"restart between cut and re-attach: {compact_tokens(again.events)}, then resumed")
     proxy_cap_check(sc, port, cwd)
     child.kill()
+
+
+def cut_pipeline(sc, env: Env, port: int) -> None:
+    """Pipeline steps: scenario p's selling pipeline (question, a permission while the task
+    works, two parallel candidates, the selection, deploying), every run cut after every 2nd
+    frame and re-attached with the cursor, each equal to its uninterrupted observer."""
+    cwd = env.cwd("ours-rpipe")
+    thread, run, ros = ids("ours-rpipe")
+    body = pipeline_input(thread, run, ros, cwd, text=PIPELINE_PROMPT)
+    steps, frames = [], 0
+    for n in range(1, PIPELINE_MAX_RUNS + 1):
+        st = cut_every_run(sc, port, thread, run, ros, body, 2, f"pipeline run {n}")
+        steps += [e.get("stepName") for e in st.events if e.get("type") == "STEP_STARTED"]
+        frames += len(st.frames)
+        outcome = st.events[-1].get("outcome") or {"type": "success"}
+        if st.events[-1].get("type") != "RUN_FINISHED" or outcome.get("type") != "interrupt":
+            break
+        resume = [{"interruptId": it["id"], "status": "resolved", "payload": answer_payload(it)}
+                  for it in outcome.get("interrupts") or []]
+        run = f"run-{uuid.uuid4()}"
+        body = pipeline_input(thread, run, ros, cwd, resume=resume)
+    sc.expect(st.events[-1].get("type") == "RUN_FINISHED" and outcome.get("type") == "success"
+              and "deploying" in steps,
+              f"pipeline cut every 2 frames: ended {compact_tokens(st.events[-3:])}, steps {steps}")
+    sc.note(f"pipeline: {n} runs, {frames} frames, {len(steps)} STEP_STARTED, each run cut every "
+            f"2 frames and equal to the uninterrupted stream")
 
 
 def restart_grace_adapter(env: Env, port: int):
