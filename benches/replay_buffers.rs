@@ -3,7 +3,9 @@
 //! process's resident set before and after. `cargo bench --bench replay_buffers`.
 //!
 //! What it costs per execution: the ring (frames as sent, up to the cap) plus the turn folded for
-//! a join (the text so far, which grows with the turn like the kernel's own copy of it).
+//! a join, itself capped at the same size (beyond it the fold is dropped and a join asks the
+//! kernel). `TURN=worst` (default): a turn whose text stays just under the cap, so both are full;
+//! `TURN=long`: a turn of 1.5 × the cap in frames, whose fold is dropped.
 
 use iac_code_agui::feed::Feeds;
 use serde_json::json;
@@ -27,6 +29,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(256 * 1024);
+    let long = std::env::var("TURN").is_ok_and(|t| t == "long");
     // A grace longer than the bench: nothing is swept meanwhile.
     let feeds = Feeds::start(cap, Duration::from_secs(3600));
     let before = rss_kib();
@@ -40,8 +43,13 @@ fn main() {
             json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
             json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
         ]);
-        // Until the ring is full (it then drops its oldest frames): 1.5 × the cap sent.
-        let frames = cap * 3 / 2 / 260;
+        // `long`: until the ring is full and the fold gone (1.5 × the cap sent); `worst`: the
+        // text just under the cap, so the fold is kept and the ring full.
+        let frames = if long {
+            cap * 3 / 2 / 260
+        } else {
+            cap / 200 - 2
+        };
         for _ in 0..frames {
             feed.push(&[json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta, "timestamp": 1})]);
         }
@@ -53,14 +61,18 @@ fn main() {
     let grown = after.saturating_sub(before) as f64 / 1024.0;
     println!(
         "{count} held executions, {events} events pushed in {:.1} s; buffers hold {:.1} MiB \
-         (cap {} KiB each); RSS {:.1} → {:.1} MiB (+{grown:.1} MiB, {:.0} KiB per execution, \
-         of which the ring {:.0} KiB and the folded turn the rest)",
+         (ring and fold; cap {} KiB each); RSS {:.1} → {:.1} MiB (+{grown:.1} MiB, {:.0} KiB per \
+         execution, turn {})",
         t0.elapsed().as_secs_f64(),
         bytes as f64 / 1048576.0,
         cap / 1024,
         before as f64 / 1024.0,
         after as f64 / 1024.0,
         grown * 1024.0 / count as f64,
-        bytes as f64 / 1024.0 / count as f64,
+        if long {
+            "long: fold dropped"
+        } else {
+            "worst: ring and fold full"
+        },
     );
 }

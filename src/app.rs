@@ -51,6 +51,16 @@ impl Runs {
         self.live.lock().iter().filter_map(Weak::upgrade).collect()
     }
 
+    /// Whether the client of a run of this thread has left, checked now: its close hook then
+    /// runs at once (a run without a grace frees its thread), so a turn sent right after a
+    /// dropped connection is not refused as busy while the heartbeat thread has yet to look.
+    pub(crate) fn client_left(&self, thread_id: &str) -> bool {
+        let runs: Vec<_> = self.live.lock().iter().filter_map(Weak::upgrade).collect();
+        runs.iter()
+            .filter(|r| r.ids.thread_id == thread_id)
+            .any(|r| r.stream.check_client())
+    }
+
     /// Lists a run until its last handle is dropped.
     pub(crate) fn register(&self, live: &Arc<LiveRun>) {
         let mut list = self.live.lock();

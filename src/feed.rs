@@ -51,7 +51,12 @@ struct State {
     evicted: u64,
     /// The position the fold stands for (the newest event that is not the run's end).
     folded: u64,
-    fold: Fold,
+    /// The turn so far, for a join; `None` once the events folded into it outgrew the cap, so
+    /// memory stays bounded whatever the run does (a join then asks the kernel, as after a
+    /// restart).
+    fold: Option<Fold>,
+    /// What the fold holds, in bytes, counted from the events folded so far ([`fold_cost`]).
+    fold_bytes: usize,
     ended: Option<Instant>,
     watchers: usize,
     /// Bumped at each detach, so an older grace timer knows it is stale.
@@ -64,6 +69,8 @@ pub(crate) enum Start {
     Exact(u64),
     /// A run of its own: these frames (the turn so far), then frames after the position.
     Join(Vec<u8>, usize, u64),
+    /// No cursor held and the fold outgrew its cap: the join comes from the kernel.
+    Kernel,
 }
 
 /// What an observer gets next.
@@ -107,7 +114,8 @@ impl Feeds {
                 last: 0,
                 evicted: 0,
                 folded: 0,
-                fold: Fold::default(),
+                fold: Some(Fold::default()),
+                fold_bytes: 0,
                 ended: None,
                 watchers: 0,
                 detaches: 0,
@@ -147,7 +155,13 @@ impl Feeds {
     /// Held feeds and their buffered bytes (the bench's figure).
     pub fn held(&self) -> (usize, usize) {
         let map = self.map.lock();
-        let bytes = map.values().map(|f| f.state.lock().bytes).sum();
+        let bytes = map
+            .values()
+            .map(|f| {
+                let st = f.state.lock();
+                st.bytes + st.fold.as_ref().map_or(0, |_| st.fold_bytes)
+            })
+            .sum();
         (map.len(), bytes)
     }
 }
@@ -170,7 +184,9 @@ impl Feed {
 
     /// The user's message of the turn, for a join's snapshot.
     pub(crate) fn set_user(&self, message: Value) {
-        self.state.lock().fold.set_user(message);
+        if let Some(fold) = self.state.lock().fold.as_mut() {
+            fold.set_user(message);
+        }
     }
 
     /// Numbers `events`, keeps them (dropping the oldest beyond the cap) and returns their frames.
@@ -191,9 +207,16 @@ impl Feed {
             st.last = seq;
             let ty = ev.get("type").and_then(Value::as_str);
             if !matches!(ty, Some("RUN_FINISHED" | "RUN_ERROR")) {
-                st.fold.apply(ev);
+                if let Some(fold) = st.fold.as_mut() {
+                    fold.apply(ev);
+                }
+                st.fold_bytes += fold_cost(ev, json.len());
                 st.folded = seq;
             }
+        }
+        if st.fold_bytes > st.cap && st.fold.is_some() {
+            log::info!("the turn outgrew the replay buffer cap; a join will ask the kernel");
+            st.fold = None;
         }
         while st.bytes > st.cap && st.frames.len() > 1 {
             if let Some((seq, frame)) = st.frames.pop_front() {
@@ -263,10 +286,13 @@ impl Feed {
         }
         // A run that has just started: its first events are about to be pushed.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while st.fold.run_started.is_none()
+        while st.fold.as_ref().is_some_and(|f| f.run_started.is_none())
             && !self.changed.wait_until(&mut st, deadline).timed_out()
         {}
-        let events = st.fold.prelude(crate::ids::now_ms());
+        let Some(fold) = st.fold.as_ref() else {
+            return Start::Kernel;
+        };
+        let events = fold.prelude(crate::ids::now_ms());
         let at = st.folded;
         let mut body = Vec::new();
         for (k, ev) in events.iter().enumerate() {
@@ -303,6 +329,19 @@ impl Feed {
                 return Next::Idle;
             }
         }
+    }
+}
+
+/// What one event adds to the fold: a delta's text, a whole event where the fold keeps the
+/// event (custom, activity, tool result, run start), else a span's ids and names (counted as a
+/// fixed 128 bytes, above what they take).
+fn fold_cost(ev: &Value, json_len: usize) -> usize {
+    match ev.get("type").and_then(Value::as_str) {
+        Some("TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" | "TOOL_CALL_ARGS") => {
+            ev.get("delta").and_then(Value::as_str).map_or(0, str::len)
+        }
+        Some("CUSTOM" | "ACTIVITY_SNAPSHOT" | "TOOL_CALL_RESULT" | "RUN_STARTED") => json_len,
+        _ => 128,
     }
 }
 
@@ -355,5 +394,30 @@ mod tests {
         ));
         feeds.ended("exec-1", &feed);
         assert!(feeds.get("exec-1").is_none());
+    }
+
+    #[test]
+    fn a_turn_larger_than_the_cap_drops_its_fold_so_a_held_execution_stays_under_twice_the_cap() {
+        let cap = 4096;
+        let feeds = Feeds::start(cap, Duration::ZERO);
+        let feed = feeds.open("exec-big");
+        feed.push(&[
+            json!({"type": "RUN_STARTED", "runId": "r"}),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
+        ]);
+        let delta = "x".repeat(100);
+        for _ in 0..20 {
+            feed.push(&[json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta})]);
+        }
+        // 2,000 bytes of text: the fold still answers a join.
+        assert!(matches!(feed.attach(None), Start::Join(..)));
+        for _ in 0..1000 {
+            feed.push(&[json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta})]);
+        }
+        // 100 KB of text: the fold is gone, a join asks the kernel, and what is held is the ring.
+        assert!(matches!(feed.attach(None), Start::Kernel));
+        let (count, bytes) = feeds.held();
+        assert_eq!(count, 1);
+        assert!(bytes <= cap, "{bytes} bytes held for a cap of {cap}");
     }
 }

@@ -165,6 +165,18 @@ pub(crate) struct Observer {
     durable: Durable,
     /// `Some`: the execution waits for these interrupts (nothing runs upstream).
     waiting: Option<Vec<Value>>,
+    /// A local run whose fold outgrew its cap, joined from the kernel: this observer still
+    /// counts as its watcher (the detach grace) until it is dropped.
+    _watching: Option<Watching>,
+}
+
+/// Holds a run's feed watched; leaving it (however the observer ends) is the unwatch.
+struct Watching(Arc<Feed>);
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0.unwatch();
+    }
 }
 
 fn required(body: &Value, key: &str) -> Option<String> {
@@ -214,18 +226,24 @@ pub(crate) fn admit_observer(
         context_id: doc.context_id.clone(),
         ros_invocation_id: ros.clone(),
     };
+    let mut watching = None;
     if let Some(feed) = app.feeds.get(execution_id) {
         // Exactly what this process sent: no kernel call, the same ids and text.
-        let start = feed.attach(last_event_id);
-        return Ok(Observer {
-            local: Some((feed, start)),
-            ids,
-            lang,
-            task_id: String::new(),
-            session_id: None,
-            durable: Durable::default(),
-            waiting: None,
-        });
+        match feed.attach(last_event_id) {
+            Start::Kernel => watching = Some(Watching(feed)),
+            start => {
+                return Ok(Observer {
+                    local: Some((feed, start)),
+                    ids,
+                    lang,
+                    task_id: String::new(),
+                    session_id: None,
+                    durable: Durable::default(),
+                    waiting: None,
+                    _watching: None,
+                })
+            }
+        }
     }
     let live = active.filter(|a| a.execution_id == execution_id);
     let waiting =
@@ -248,6 +266,7 @@ pub(crate) fn admit_observer(
             text_digests: Default::default(),
         },
         waiting,
+        _watching: watching,
     })
 }
 
@@ -327,6 +346,7 @@ pub(crate) fn observe(app: &App, mut obs: Observer, stream: &SseStream) {
 fn tail(feed: &Feed, start: Start, stream: &SseStream) {
     let mut after = match start {
         Start::Exact(at) => at,
+        Start::Kernel => return, // never local: admit_observer asks the kernel instead
         Start::Join(body, count, at) => {
             if !stream.send_frames(&body, count) {
                 return;

@@ -196,6 +196,16 @@ impl SseStream {
         }
     }
 
+    /// Checks the client now instead of at the next heartbeat tick: a client that closed its
+    /// end is marked gone (its close hook runs). `true`: the client is gone.
+    pub(crate) fn check_client(&self) -> bool {
+        if !self.is_closed() && self.peer_closed() {
+            log::debug!("client closed its end of the stream (seen at admission)");
+            self.mark_closed();
+        }
+        self.is_closed()
+    }
+
     /// Drops the close hook (the run no longer needs cancelling on disconnect).
     pub(crate) fn clear_on_close(&self) {
         self.on_close.lock().take();

@@ -407,6 +407,32 @@ fn without_a_grace_the_thread_of_a_client_that_left_takes_its_next_turn_at_once(
 }
 
 #[test]
+fn a_turn_sent_the_instant_its_client_dropped_is_admitted_not_refused_as_busy() {
+    let k = FakeKernel::start();
+    gated(&k);
+    // Heartbeats too rare to notice the drop: only the admission's own look at the old
+    // client's socket can free the thread in time.
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            args: vec!["--heartbeat-interval".into(), "60".into()],
+            ..Default::default()
+        },
+    );
+    let (status, _, reader) = post(
+        &a.url,
+        "/",
+        &a.request("t-instant", "r1", "scenario:gated"),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(frames(reader, Some(3)).len(), 3); // and the connection is dropped
+    let next = a.run(&a.request("t-instant", "r2", "scenario:normal"));
+    assert_eq!(next.status, 200, "{}", next.json);
+    assert_eq!(next.last()["outcome"]["type"], "success");
+}
+
+#[test]
 fn with_a_grace_a_client_that_left_keeps_the_thread_busy_until_the_grace_cancels_the_run() {
     let k = FakeKernel::start();
     gated(&k);

@@ -40,6 +40,8 @@ pub(crate) struct Admitted {
 /// Checks a request against its thread and marks the thread busy.
 pub(crate) fn admit(app: &Arc<App>, input: RunInput, lang: Lang) -> Result<Admitted, Error> {
     let thread_id = input.thread_id.clone();
+    // Before the slot's lock: a left client's close hook takes that lock to free the thread.
+    app.runs.client_left(&thread_id);
     let slot = app.store.slot(&thread_id);
     let admitted = admit_locked(app, &slot, input, lang);
     if admitted.is_err() {

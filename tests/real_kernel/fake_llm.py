@@ -253,7 +253,10 @@ def decide(messages: list, tools: list = None) -> dict:
         cwd = (cwd or "/tmp").rstrip("/") or "/"
         target = f"{cwd}/hello.txt"
         args = {"path": target, "file_path": target, "content": "hello\n"}
-        return {"kind": "tool", "name": "write_file", "arguments": json.dumps(args)}
+        reply = {"kind": "tool", "name": "write_file", "arguments": json.dumps(args)}
+        if "think" in last_user.lower():   # reasoning and a sentence before the call (scenario r)
+            reply.update({"reasoning": THINKING, "text": TEXT_REPLY})
+        return reply
     if last_user is not None and "think" in last_user.lower():
         return {"kind": "text", "text": TEXT_REPLY, "reasoning": THINKING}
     return {"kind": "text", "text": TEXT_REPLY}
@@ -340,6 +343,20 @@ def normal_script(messages: list):
 # ---- end of the normal-mode scripts ---------------------------------------------------------
 
 
+PACE_MARKER = re.compile(r"\[\[pace=([0-9.]+)\]\]")
+
+
+def _pace(messages: list) -> float:
+    """Seconds between streamed chunks: a `[[pace=0.1]]` marker in any user message of the
+    conversation (scenario r streams a delta every 0.1 s), else 0."""
+    for msg in messages:
+        if msg.get("role") == "user":
+            m = PACE_MARKER.search(_text_of(msg.get("content")))
+            if m:
+                return min(float(m.group(1)), 2.0)
+    return 0.0
+
+
 def _next_call_id(reply: dict) -> str:
     """`call_N`; a pipeline candidate step's calls are `call_N_candidate` (run.py tells the
     parallel candidates' tool calls from the pipeline's own by it)."""
@@ -395,6 +412,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
         reply = decide(req.get("messages") or [], req.get("tools") or [])
+        reply["pace"] = _pace(req.get("messages") or [])
         if _log_path:
             with _log_lock, open(_log_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"time": time.time(), "stream": bool(req.get("stream")),
@@ -432,6 +450,8 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
         def chunk(delta, finish=None, usage=None, choices=True):
+            if reply.get("pace"):
+                time.sleep(reply["pace"])
             body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if choices else []}
             if usage is not None:
@@ -441,6 +461,12 @@ class Handler(BaseHTTPRequestHandler):
 
         try:
             if reply["kind"] == "tool":
+                if reply.get("reasoning"):
+                    chunk({"role": "assistant", "content": ""})
+                    for word in reply["reasoning"].split(" "):
+                        chunk({"reasoning_content": word + " "})
+                    for word in (reply.get("text") or "").split():
+                        chunk({"content": word + " "})
                 for index, call in enumerate(_calls(reply)):
                     call_id = _next_call_id(reply)
                     chunk({"role": "assistant", "content": None, "tool_calls": [{

@@ -1814,6 +1814,434 @@ def run_normal_scenarios(env: Env, port: int) -> None:
 
 # --------------------------------------------------------------------------------------------
 
+# --------------------------------------------------------------------------------------------
+# r: resumable streams (issue 18) on the real kernel: cuts, exact resume, join, restart, a
+# connection-capping proxy; and how fast a thread is free after its client left (no grace)
+# --------------------------------------------------------------------------------------------
+
+SUBSCRIBE = "/extensions/iac-code/v1/executions/{}/subscribe"
+PACED = "[[pace=0.05]]"
+
+
+class Frames:
+    """One SSE answer read with its `id:` lines: [(id, event)], the X-AGUI-Resume header."""
+
+    def __init__(self):
+        self.status = None
+        self.resume = None
+        self.frames: list = []
+        self.body = None
+
+    @property
+    def events(self) -> list:
+        return [e for _, e in self.frames]
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.frames) and self.frames[-1][1].get("type") in TERMINAL
+
+
+def read_frames(port: int, path: str, body: dict, last_event_id=None, cut_after=None,
+                timeout: float = 60.0, out: Frames = None) -> Frames:
+    """POSTs `body` and reads SSE frames until the stream ends, or closes the connection after
+    `cut_after` frames (a client whose connection dropped)."""
+    fr = out or Frames()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = last_event_id
+    try:
+        conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
+        resp = conn.getresponse()
+        fr.status = resp.status
+        fr.resume = resp.getheader("X-AGUI-Resume")
+        if not (resp.getheader("Content-Type") or "").startswith("text/event-stream"):
+            fr.body = json.loads(resp.read() or b"null")
+            return fr
+        read_sse(resp, fr, cut_after)
+    finally:
+        conn.close()
+    return fr
+
+
+def read_sse(resp, fr: Frames, cut_after=None) -> None:
+    cur_id, data, got = None, [], 0
+    while True:
+        try:
+            line = resp.readline()
+        except (OSError, http.client.HTTPException):
+            return   # the proxy or the network cut the connection
+        if not line:
+            return
+        text = line.decode("utf-8").rstrip("\r\n")
+        if text == "":
+            if data:
+                fr.frames.append((cur_id, json.loads("\n".join(data))))
+                cur_id, data, got = None, [], got + 1
+                if fr.ended or (cut_after is not None and got >= cut_after):
+                    return
+            continue
+        if text.startswith(":"):
+            continue
+        field, _, value = text.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "id":
+            cur_id = value
+        elif field == "data":
+            data.append(value)
+
+
+def observe_body(thread: str, run: str, ros: str) -> dict:
+    return {"threadId": thread, "runId": run, "rosInvocationId": ros}
+
+
+def start_grace_adapter(env: Env, grace: str = "60"):
+    """A second adapter on the same kernel with a detach grace (the shared one has none)."""
+    port = free_port()
+    state = os.path.join(env.tmp, "state-resume")
+    argv = [env.args.adapter, "--host", "127.0.0.1", "--port", str(port), "--a2a-url",
+            f"http://127.0.0.1:{env.kernel_port}", "--state-dir", state,
+            "--detach-grace", grace, "--heartbeat-interval", "1"]
+    child = start_child("adapter-resume", argv, env.base_env, env.tmp, env.logs)
+    wait_health(port, child, timeout=20)
+    return child, port
+
+
+def follow_with_cuts(port: int, body: dict, every: int, first: Frames) -> Frames:
+    """Reads a run `every` frames at a time: after each batch the connection is dropped and the
+    client re-attaches with the newest cursor, until the run's end. Returns every frame read."""
+    execution = None
+    while not first.ended:
+        for _, e in first.frames:
+            if e.get("type") == "CUSTOM" and e.get("name") == SESSION_EVENT:
+                execution = (e.get("value") or {}).get("executionId")
+        if execution is None or len(first.frames) > 2000:
+            raise Failed(f"no executionId before the cut, or no end: {len(first.frames)} frames")
+        part = read_frames(port, SUBSCRIBE.format(execution), body, first.frames[-1][0],
+                           cut_after=every)
+        if part.status != 200 or part.resume != "exact":
+            raise Failed(f"re-attach after {len(first.frames)} frames: HTTP {part.status} "
+                         f"X-AGUI-Resume {part.resume} {part.body}")
+        first.frames.extend(part.frames)
+    return first
+
+
+def uninterrupted_observer(port: int, execution: str, body: dict, cursor: str, box: dict):
+    """An observer that attached with the run's first cursor and never dropped: the stream as
+    the adapter sent it, for an event-by-event comparison."""
+    def go():
+        box["frames"] = read_frames(port, SUBSCRIBE.format(execution), body, cursor)
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def cut_every_run(sc, port: int, thread: str, run: str, ros: str, body_in: dict, every: int,
+                  label: str) -> Frames:
+    """One run read with a cut after every `every` frames, checked against an uninterrupted
+    observer of the same run: same ids, same events, nothing missing, nothing twice."""
+    first = read_frames(port, "/", body_in, cut_after=2)   # RUN_STARTED, session
+    sc.require(first.status == 200 and len(first.frames) == 2,
+               f"{label}: run did not start: HTTP {first.status} {first.body}")
+    execution = (first.frames[1][1].get("value") or {}).get("executionId")
+    box: dict = {}
+    watcher = uninterrupted_observer(port, execution, observe_body(thread, run, ros),
+                                     first.frames[0][0], box)
+    joined = follow_with_cuts(port, observe_body(thread, run, ros), every, first)
+    watcher.join(timeout=60)
+    whole = box.get("frames")
+    sc.require(whole is not None and whole.ended, f"{label}: the uninterrupted observer did "
+                                                  f"not see the end")
+    reference = [first.frames[0]] + whole.frames
+    ids_ = [i for i, _ in joined.frames]
+    sc.expect(len(set(ids_)) == len(ids_), f"{label}: a cursor repeated")
+    sc.expect(all(i for i in ids_), f"{label}: a frame without id")
+    sc.expect(joined.frames == reference,
+              f"{label}: the stream cut every {every} frames differs from the uninterrupted one "
+              f"({len(joined.frames)} vs {len(reference)} frames; first difference at "
+              f"{next((n for n, (a, b) in enumerate(zip(joined.frames, reference)) if a != b), '-')})")
+    kinds = set(e.get("type") for e in joined.events)
+    sc.note(f"{label}: {len(joined.frames)} frames, cut every {every}, "
+            f"{len(joined.frames) // every} re-attaches, equal to the uninterrupted stream; "
+            f"kinds {sorted(kinds)}")
+    return joined
+
+
+def verify_with_client(sc, events: list, label: str, env: Env) -> None:
+    path = os.path.join(env.tmp, f"verify-{uuid.uuid4().hex[:8]}.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(events, fh)
+    modules = os.path.join(ROOT, "tests", "conformance", "node_modules")
+    if not os.path.isdir(os.path.join(modules, "@ag-ui", "client")):
+        sc.note(f"{label}: verifyEvents skipped (npm ci in tests/conformance)")
+        return
+    out = subprocess.run(["node", os.path.join(HERE, "verify_events.mjs"), path, modules],
+                         capture_output=True, text=True, timeout=60)
+    sc.expect(out.returncode == 0, f"{label}: @ag-ui/client verifyEvents refused the stream: "
+                                   f"{out.stdout.strip()} {out.stderr.strip()[:300]}")
+
+
+def joined_text(events: list) -> str:
+    """The assistant text of a join: the snapshot's messages, then the re-opened ones' content."""
+    text = ""
+    for e in events:
+        if e.get("type") == "MESSAGES_SNAPSHOT":
+            for m in e.get("messages") or []:
+                if m.get("role") == "assistant" and isinstance(m.get("content"), str):
+                    text += m["content"]
+        if e.get("type") == "TEXT_MESSAGE_CONTENT":
+            text += e.get("delta", "")
+    return text
+
+
+def scenario_r(sc: Scenario, env: Env):
+    child, port = start_grace_adapter(env)
+    cwd = env.cwd("ours-r")
+    prompt = f"Think first, then write hello.txt. {PACED} [[cwd={cwd}]]"
+    # 1. exact resume: cut after every frame, and after every 3rd, run 1 (reasoning, text, a
+    # tool call, the permission interrupt) and its resume (tool result, text)
+    for every in (1, 3):
+        thread, run, ros = ids(f"ours-r{every}")
+        st = cut_every_run(sc, port, thread, run, ros,
+                           run_input(thread, run, ros, cwd, prompt), every, f"k={every} run 1")
+        kinds = [e.get("type") for e in st.events]
+        sc.expect(all(k in kinds for k in ("REASONING_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT",
+                                           "TOOL_CALL_ARGS")),
+                  f"k={every} run 1: not every kind streamed: {compact_tokens(st.events)}")
+        term = st.events[-1]
+        sc.require(term.get("type") == "RUN_FINISHED"
+                   and (term.get("outcome") or {}).get("type") == "interrupt",
+                   f"k={every} run 1: no interrupt at the end: {compact_tokens(st.events)}")
+        it = term["outcome"]["interrupts"][0]
+        run2 = f"run-{uuid.uuid4()}"
+        st2 = cut_every_run(sc, port, thread, run2, ros,
+                            run_input(thread, run2, ros, cwd, resume=answer(it["id"], "allow_once")),
+                            every, f"k={every} resume")
+        sc.expect(any(e.get("type") == "TOOL_CALL_RESULT" for e in st2.events)
+                  and st2.events[-1].get("type") == "RUN_FINISHED",
+                  f"k={every} resume: {compact_tokens(st2.events)}")
+    cut_pipeline(sc, env, port)
+    # 2. join: cut after 6 frames, re-attach without a cursor
+    thread, run, ros = ids("ours-rj")
+    first = read_frames(port, "/", run_input(thread, run, ros, cwd, prompt), cut_after=6)
+    execution = (first.frames[1][1].get("value") or {}).get("executionId")
+    joined = read_frames(port, SUBSCRIBE.format(execution), observe_body(thread, run, ros))
+    sc.expect(joined.resume == "join", f"join: X-AGUI-Resume {joined.resume}")
+    sc.expect(joined.ended and (joined.events[-1].get("outcome") or {}).get("type") == "interrupt",
+              f"join: {compact_tokens(joined.events)}")
+    sc.expect(joined_text(joined.events).split() == LLM_TEXT.split(),
+              f"join: text {joined_text(joined.events)!r}")
+    verify_with_client(sc, joined.events, "join", env)
+    sc.note(f"join after 6 frames: {compact_tokens(joined.events)}")
+    # 3. an adapter restart between the cut and the re-attach: the run reaches its interrupt
+    # without its client (grace), the adapter is killed and restarted, the old cursor (another
+    # start) gets a join that ends with the interrupts exactly as announced
+    thread, run, ros = ids("ours-rr")
+    first = read_frames(port, "/", run_input(thread, run, ros, cwd, prompt), cut_after=6)
+    execution = (first.frames[1][1].get("value") or {}).get("executionId")
+    lookup = f"/extensions/iac-code/v1/threads/{thread}?rosInvocationId={ros}"
+    waiting = None
+    for _ in range(300):
+        status, body = http_json(port, "GET", lookup)
+        if status == 200 and body.get("state") == "waiting":
+            waiting = body
+            break
+        time.sleep(0.1)
+    sc.require(waiting is not None, "restart: the detached run never reached its interrupt")
+    child.kill(signal.SIGKILL, grace=5)
+    CHILDREN.remove(child)
+    child, port = restart_grace_adapter(env, port)
+    again = read_frames(port, SUBSCRIBE.format(execution), observe_body(thread, run, ros),
+                        first.frames[-1][0])
+    sc.expect(again.status == 200 and again.resume == "join",
+              f"after a restart: HTTP {again.status} X-AGUI-Resume {again.resume} {again.body}")
+    sc.require(again.ended and (again.events[-1].get("outcome") or {}).get("type") == "interrupt",
+               f"after a restart: {compact_tokens(again.events)}")
+    sc.expect(again.events[-1]["outcome"]["interrupts"] == waiting.get("interrupts"),
+              "after a restart: the join's interrupts differ from the ones announced")
+    verify_with_client(sc, again.events, "join after a restart", env)
+    it = again.events[-1]["outcome"]["interrupts"][0]
+    run2 = f"run-{uuid.uuid4()}"
+    st = read_frames(port, "/", run_input(thread, run2, ros, cwd,
+                                          resume=answer(it["id"], "allow_once")))
+    sc.expect(st.ended and (st.events[-1].get("outcome") or {"type": "success"}).get("type")
+              == "success", f"resume after the restart's join: {compact_tokens(st.events)}")
+    sc.note(f"restart between cut and re-attach: {compact_tokens(again.events)}, then resumed")
+    proxy_cap_check(sc, port, cwd)
+    child.kill()
+
+
+def cut_pipeline(sc, env: Env, port: int) -> None:
+    """Pipeline steps: scenario p's selling pipeline (question, a permission while the task
+    works, two parallel candidates, the selection, deploying), every run cut after every 2nd
+    frame and re-attached with the cursor, each equal to its uninterrupted observer."""
+    cwd = env.cwd("ours-rpipe")
+    thread, run, ros = ids("ours-rpipe")
+    body = pipeline_input(thread, run, ros, cwd, text=PIPELINE_PROMPT)
+    steps, frames = [], 0
+    for n in range(1, PIPELINE_MAX_RUNS + 1):
+        st = cut_every_run(sc, port, thread, run, ros, body, 2, f"pipeline run {n}")
+        steps += [e.get("stepName") for e in st.events if e.get("type") == "STEP_STARTED"]
+        frames += len(st.frames)
+        outcome = st.events[-1].get("outcome") or {"type": "success"}
+        if st.events[-1].get("type") != "RUN_FINISHED" or outcome.get("type") != "interrupt":
+            break
+        resume = [{"interruptId": it["id"], "status": "resolved", "payload": answer_payload(it)}
+                  for it in outcome.get("interrupts") or []]
+        run = f"run-{uuid.uuid4()}"
+        body = pipeline_input(thread, run, ros, cwd, resume=resume)
+    sc.expect(st.events[-1].get("type") == "RUN_FINISHED" and outcome.get("type") == "success"
+              and "deploying" in steps,
+              f"pipeline cut every 2 frames: ended {compact_tokens(st.events[-3:])}, steps {steps}")
+    sc.note(f"pipeline: {n} runs, {frames} frames, {len(steps)} STEP_STARTED, each run cut every "
+            f"2 frames and equal to the uninterrupted stream")
+
+
+def restart_grace_adapter(env: Env, port: int):
+    state = os.path.join(env.tmp, "state-resume")
+    argv = [env.args.adapter, "--host", "127.0.0.1", "--port", str(port), "--a2a-url",
+            f"http://127.0.0.1:{env.kernel_port}", "--state-dir", state,
+            "--detach-grace", "60", "--heartbeat-interval", "1"]
+    child = start_child("adapter-resume", argv, env.base_env, env.tmp, env.logs)
+    wait_health(port, child, timeout=20)
+    return child, port
+
+
+class CappedProxy:
+    """A TCP proxy that cuts every connection a fixed total time after it was accepted, however
+    busy it is (heartbeats do not reset it), as service meshes and some proxies do. HAProxy has no
+    such cap (`timeout tunnel` counts idle time, and heartbeats keep it busy), so the test brings
+    its own."""
+
+    def __init__(self, target: int, cap: float):
+        self.target, self.cap = target, cap
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.cuts = 0
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            timer = threading.Timer(self.cap, self.cut, (client, upstream))
+            timer.daemon = True
+            timer.start()
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pipe, args=(a, b), daemon=True).start()
+
+    def cut(self, client, upstream):
+        self.cuts += 1
+        for s in (client, upstream):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    @staticmethod
+    def pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
+def proxy_cap_check(sc, port: int, cwd: str) -> None:
+    """Through a proxy that cuts every connection 2 s after it opened, a run of about 6 s
+    completes by re-attaching with the cursor, and equals the uninterrupted stream."""
+    proxy = CappedProxy(port, 2.0)
+    thread, run, ros = ids("ours-rp")
+    slow = f"Think first, then describe a VPC template. [[pace=0.2]] [[cwd={cwd}]]"
+    started = time.monotonic()
+    first = read_frames(proxy.port, "/", run_input(thread, run, ros, cwd, slow))
+    execution = (first.frames[1][1].get("value") or {}).get("executionId")
+    box: dict = {}
+    watcher = uninterrupted_observer(port, execution, observe_body(thread, run, ros),
+                                     first.frames[0][0], box)
+    attaches = 0
+    while not first.ended and time.monotonic() - started < 60:
+        part = read_frames(proxy.port, SUBSCRIBE.format(execution),
+                           observe_body(thread, run, ros), first.frames[-1][0])
+        sc.require(part.status == 200 and part.resume == "exact",
+                   f"proxy cap: re-attach HTTP {part.status} {part.resume} {part.body}")
+        first.frames.extend(part.frames)
+        attaches += 1
+    took = time.monotonic() - started
+    watcher.join(timeout=60)
+    proxy.close()
+    whole = box.get("frames")
+    sc.require(first.ended and whole is not None, "proxy cap: the run did not end")
+    sc.expect(first.frames == [first.frames[0]] + whole.frames,
+              f"proxy cap: {len(first.frames)} frames through the proxy vs "
+              f"{len(whole.frames) + 1} uninterrupted")
+    # the run must have outlived the cap (a precondition of the test, not a speed figure)
+    sc.expect(attaches >= 1 and proxy.cuts >= 1,
+              f"proxy cap: the run ({took:.1f}s, {attaches} re-attaches, {proxy.cuts} cuts) "
+              f"was never cut by the proxy")
+    sc.note(f"proxy cap 2 s: a {took:.1f}s run, {proxy.cuts} connections cut by the proxy, "
+            f"{attaches} re-attaches, {len(first.frames)} frames, equal to the uninterrupted "
+            f"stream")
+
+
+def scenario_r4(sc: Scenario, env: Env, port: int):
+    """No grace (the shared adapter): a client that cuts after 8 deltas (a delta every 0.1 s)
+    leaves its thread free for the next turn, which succeeds. The time to free is a figure."""
+    thread, run, ros = ids("ours-r4")
+    cwd = env.cwd("ours-r4")
+    slow = f"Describe a VPC template. [[pace=0.1]] [[cwd={cwd}]]"
+    fr = Frames()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/", body=json.dumps(run_input(thread, run, ros, cwd, slow)).encode(),
+                 headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+    resp = conn.getresponse()
+    deltas = 0
+    while deltas < 8:
+        n = len(fr.frames)
+        read_sse(resp, fr, cut_after=1)
+        sc.require(len(fr.frames) > n and not fr.ended, f"run ended before 8 deltas: "
+                                                        f"{compact_tokens(fr.events)}")
+        deltas += fr.frames[-1][1].get("type") == "TEXT_MESSAGE_CONTENT"
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    cut = time.monotonic()
+    busy, tries = 0, 0
+    while True:
+        tries += 1
+        run2 = f"run-{uuid.uuid4()}"
+        tried = time.monotonic()
+        st = post_run(port, run_input(thread, run2, f"inv-{uuid.uuid4().hex[:12]}", cwd,
+                                      text_prompt(cwd)), "ours/r4/next")
+        code = ((st.body or {}).get("error") or {}).get("code") if not st.is_sse else None
+        if code == "THREAD_BUSY" and time.monotonic() - cut < 30:
+            busy += 1
+            time.sleep(0.05)
+            continue
+        break
+    free_after = tried - cut
+    sc.expect(st.is_sse and st.outcome_type() == "success",
+              f"next turn after the cut: {st.summary()}")
+    sc.note(f"client cut after 8 deltas: next turn admitted {free_after:.2f}s after the cut "
+            f"({busy} THREAD_BUSY answers before), took {st.elapsed:.2f}s, outcome "
+            f"{st.outcome_type()}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="iac-code-agui end-to-end test on the real kernel")
     ap.add_argument("--venv", default=os.environ.get("VENV") or sys.prefix,
@@ -1873,6 +2301,14 @@ def main() -> int:
             ok = not failed
             print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
             return 0 if ok else 1
+        if os.environ.get("REAL_KERNEL_RESUME") == "only":   # the resume scenarios alone
+            run_scenario("r", "resumable streams", scenario_r, env)
+            run_scenario("r4", "no grace: a client that left frees its thread", scenario_r4,
+                         env, port)
+            failed = [r for r in RESULTS if r.status == "FAIL"]
+            ok = not failed
+            print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+            return 0 if ok else 1
         sa = run_scenario("a", "text turn", scenario_a, env, port, "ours")
         sb = run_scenario("b", "write_file -> interrupt -> allow_once", scenario_b, env, port, "ours")
         run_scenario("c", "write_file -> interrupt -> deny", scenario_c, env, port)
@@ -1889,6 +2325,10 @@ def main() -> int:
                                    "reference)", scenario_p_deny, env)
             run_scenario("p.kill", "selling pipeline, the adapter SIGKILLed and restarted at each "
                                    "interrupt (vs the reference)", scenario_p_kill, env)
+        run_scenario("r", "resumable streams: cut every k, join, restart, capping proxy",
+                     scenario_r, env)
+        run_scenario("r4", "no grace: a client that left frees its thread", scenario_r4, env,
+                     port)
         if args.skip_reference:
             sg = Scenario("g", "reference adapter comparison")
             sg.status = "SKIP"
