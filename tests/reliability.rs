@@ -27,14 +27,17 @@ fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_stil
     // machine still gets kills on both sides of the interrupt write).
     let t0 = Instant::now();
     a.run(&a.request("t-kill-calibrate", "r1", "scenario:permission"));
-    let window = (t0.elapsed().as_micros() as u64 * 3 / 2).max(1_000);
+    // Capped: a first run slowed by a loaded machine (23 s was seen beside the 500-run load
+    // test) must not stretch every iteration as much.
+    let window = (t0.elapsed().as_micros() as u64 * 3 / 2).clamp(1_000, 2_000_000);
+    // Bounded in count and time: up to 100 kills within 120 s, and at least 20 of them.
     let deadline = Instant::now() + Duration::from_secs(120);
-    let mut resumed = 0;
+    let (mut resumed, mut kills) = (0, 0);
     for i in 0..100 {
-        assert!(
-            Instant::now() < deadline,
-            "bounded: 100 iterations within 120 s"
-        );
+        if Instant::now() >= deadline {
+            break;
+        }
+        kills += 1;
         let thread = format!("t-kill-{i}");
         let body = a.request(&thread, "r1", "scenario:permission");
         let url = a.url.clone();
@@ -82,10 +85,12 @@ fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_stil
             resumed += 1;
         }
     }
+    assert!(kills >= 20, "only {kills} kills within 120 s");
     assert!(
         resumed > 0,
         "no iteration reached a persisted interrupt: the kill window is wrong"
     );
+    eprintln!("{kills} kills, {resumed} pending interrupts resumed after one");
 }
 
 #[test]
