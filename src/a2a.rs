@@ -190,8 +190,23 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The reply to a JSON-RPC call that is not a transport failure.
 pub(crate) enum Rpc {
     Result(Value),
-    Error { code: i64, message: String },
+    Error {
+        code: i64,
+        message: String,
+        /// The kernel's own code in `error.data.code` (`SESSION_BACKUP_NOT_READY`).
+        kernel_code: Option<String>,
+    },
 }
+
+/// A2A's `TaskNotFoundError` (`a2a/utils/errors.py`): the one JSON-RPC answer that says a task is
+/// gone for good; any other error of a lookup is the service's trouble, not the task's end.
+const TASK_NOT_FOUND: i64 = -32001;
+
+/// The kernel's code for a session backup still synchronizing (`iac_code/services/
+/// session_backup.py`), in `error.data.code` of a JSON-RPC error (`iac_code/a2a/executor.py`,
+/// `SessionBackupNotReadyInvalidParamsError`) and in `error.code` of ensure-restored's 409
+/// (`iac_code/a2a/app.py`).
+pub(crate) const SESSION_BACKUP_NOT_READY: &str = "SESSION_BACKUP_NOT_READY";
 
 impl A2aClient {
     /// `idle` bounds how long the upstream may stay silent or refuse our bytes: every read, the
@@ -331,11 +346,18 @@ impl A2aClient {
         rpc_of(v)
     }
 
-    /// `GetTask`; `None` when the kernel does not know the task.
+    /// `GetTask`; `None` when the kernel says the task does not exist (any other refusal is an
+    /// error: it says nothing about the task).
     pub(crate) fn get_task(&self, task_id: &str) -> Result<Option<Value>, Error> {
         match self.call("GetTask", &json!({"id": task_id, "historyLength": 100}))? {
             Rpc::Result(task) => Ok(Some(task)),
-            Rpc::Error { .. } => Ok(None),
+            Rpc::Error {
+                code: TASK_NOT_FOUND,
+                ..
+            } => Ok(None),
+            Rpc::Error { code, message, .. } => {
+                Err(Msg::TaskLookupRefused.with(&[&code, &truncate(&message, 200)]))
+            }
         }
     }
 
@@ -376,6 +398,7 @@ impl A2aClient {
         match resp.status().as_u16() {
             200 => Ok(true),
             404 => Ok(false),
+            409 if backup_not_ready(resp) => Err(Msg::SessionBackupNotReady.err()),
             s => Err(Msg::SessionRestoreHttp.with(&[&s])),
         }
     }
@@ -485,7 +508,13 @@ fn parse_rpc(data: &[u8]) -> Result<Value, Error> {
     let v: Value = serde_json::from_slice(data).map_err(|_| Msg::StreamNotJson.err())?;
     match rpc_of(v)? {
         Rpc::Result(r) => Ok(r),
-        Rpc::Error { code, message } => Err(Msg::RpcError.with(&[&code, &truncate(&message, 200)])),
+        Rpc::Error {
+            kernel_code: Some(k),
+            ..
+        } if k == SESSION_BACKUP_NOT_READY => Err(Msg::SessionBackupNotReady.err()),
+        Rpc::Error { code, message, .. } => {
+            Err(Msg::RpcError.with(&[&code, &truncate(&message, 200)]))
+        }
     }
 }
 
@@ -499,12 +528,30 @@ fn rpc_of(mut v: Value) -> Result<Rpc, Error> {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
+            kernel_code: e
+                .pointer("/data/code")
+                .and_then(Value::as_str)
+                .map(String::from),
         });
     }
     match v.get_mut("result").map(Value::take) {
         Some(r) if r.is_object() => Ok(Rpc::Result(r)),
         _ => Err(Msg::RpcNeither.err()),
     }
+}
+
+/// ensure-restored's 409 body names the kernel's code (and says it is retryable).
+fn backup_not_ready(resp: ureq::http::Response<ureq::Body>) -> bool {
+    let text = resp
+        .into_body()
+        .with_config()
+        .limit(64 * 1024)
+        .read_to_string()
+        .unwrap_or_default();
+    serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v.pointer("/error/code")?.as_str().map(String::from))
+        .is_some_and(|c| c == SESSION_BACKUP_NOT_READY)
 }
 
 fn check_status(status: u16) -> Result<(), Error> {

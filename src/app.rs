@@ -4,6 +4,7 @@
 use crate::a2a::A2aClient;
 use crate::config::Config;
 use crate::error::Lang;
+use crate::feed::Feeds;
 use crate::projection::RunIds;
 use crate::store::{ActiveRun, Store};
 use crate::stream::{Heartbeats, SseStream};
@@ -17,6 +18,8 @@ pub struct App {
     pub a2a: A2aClient,
     pub store: Store,
     pub heartbeats: Heartbeats,
+    /// Replay buffers of the runs (exact resume, join, detach grace).
+    pub feeds: Feeds,
     pub runs: Runs,
 }
 
@@ -46,6 +49,16 @@ impl Runs {
     pub(crate) fn stop(&self) -> Vec<Arc<LiveRun>> {
         self.stopping.store(true, Ordering::SeqCst);
         self.live.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Whether the client of a run of this thread has left, checked now: its close hook then
+    /// runs at once (a run without a grace frees its thread), so a turn sent right after a
+    /// dropped connection is not refused as busy while the heartbeat thread has yet to look.
+    pub(crate) fn client_left(&self, thread_id: &str) -> bool {
+        let runs: Vec<_> = self.live.lock().iter().filter_map(Weak::upgrade).collect();
+        runs.iter()
+            .filter(|r| r.ids.thread_id == thread_id)
+            .any(|r| r.stream.check_client())
     }
 
     /// Lists a run until its last handle is dropped.

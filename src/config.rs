@@ -51,6 +51,11 @@ pub struct Config {
     pub(crate) pair_mode: bool,
     /// Origins whose pages may call us from another origin (exact; `*` only without a token).
     pub(crate) cors_allow_origins: Vec<String>,
+    /// How long a run whose client left keeps going for an observer to re-attach (0: cancelled
+    /// at once, the spec's rule).
+    pub detach_grace: Duration,
+    /// Bytes of recent events kept per execution for an exact resume (`Last-Event-ID`).
+    pub replay_buffer_bytes: usize,
 }
 
 /// `--log-format`: env_logger's text lines, or one JSON object a line with the run's ids as fields.
@@ -104,6 +109,11 @@ Options:
   --cors-allow-origin ORIGIN  a web page origin (scheme://host[:port]) allowed to call this
                               server from another origin (CORS; off by default); repeatable,
                               env comma-separated; `*` only without IAC_CODE_AGUI_AUTH_TOKEN
+  --detach-grace SECS         a run whose client left keeps running this long for a client to
+                              re-attach (subscribe route); then it is cancelled (default 0:
+                              a client that leaves cancels its run, as the AG-UI spec says)
+  --replay-buffer-bytes N     recent events kept per execution for an exact resume with
+                              Last-Event-ID (default 262144)
   --pair-mode                 one of several adapter + kernel pairs behind a load balancer:
                               a thread this pair never held, arriving with history or a
                               resume, is refused (503 STATE_UNAVAILABLE), never restarted
@@ -115,8 +125,9 @@ Options:
                               (default text)
   --config FILE               YAML file with the keys above (flat `key: value`), plus
                               `auth-token` and `a2a-token` (the variables below win over them)
-                              Each option also reads IAC_CODE_AGUI_<OPTION> (upper snake case,
-                              e.g. IAC_CODE_AGUI_MAX_CONNECTIONS); the command line wins.
+                              Each option but --config also reads IAC_CODE_AGUI_<OPTION> (upper
+                              snake case, e.g. IAC_CODE_AGUI_MAX_CONNECTIONS); the command line
+                              wins over the variable, the variable over the file.
   -h, --help                  print this help
   -V, --version               print the version
 
@@ -148,6 +159,8 @@ const FLAGS: &[(&str, bool)] = &[
     ("write-timeout", true),
     ("allowed-host", true),
     ("pair-mode", false),
+    ("detach-grace", true),
+    ("replay-buffer-bytes", true),
     ("cors-allow-origin", true),
     ("debug", false),
     ("log-stdout", false),
@@ -159,27 +172,15 @@ const FLAGS: &[(&str, bool)] = &[
 /// which any local user can read in /proc.
 const YAML_ONLY: &[&str] = &["auth-token", "a2a-token"];
 
-const ENV: &[(&str, &str)] = &[
-    ("host", "IAC_CODE_AGUI_HOST"),
-    ("port", "IAC_CODE_AGUI_PORT"),
-    ("a2a-url", "IAC_CODE_AGUI_A2A_URL"),
-    ("a2a-command", "IAC_CODE_AGUI_A2A_COMMAND"),
-    ("state-dir", "IAC_CODE_AGUI_STATE_DIR"),
-    ("max-connections", "IAC_CODE_AGUI_MAX_CONNECTIONS"),
-    ("max-header-bytes", "IAC_CODE_AGUI_MAX_HEADER_BYTES"),
-    ("max-headers", "IAC_CODE_AGUI_MAX_HEADERS"),
-    ("max-url-bytes", "IAC_CODE_AGUI_MAX_URL_BYTES"),
-    ("header-timeout", "IAC_CODE_AGUI_HEADER_TIMEOUT"),
-    ("body-timeout", "IAC_CODE_AGUI_BODY_TIMEOUT"),
-    ("keepalive-timeout", "IAC_CODE_AGUI_KEEPALIVE_TIMEOUT"),
-    ("write-timeout", "IAC_CODE_AGUI_WRITE_TIMEOUT"),
-    ("allowed-host", "IAC_CODE_AGUI_ALLOWED_HOST"),
-    ("pair-mode", "IAC_CODE_AGUI_PAIR_MODE"),
-    ("log-format", "IAC_CODE_AGUI_LOG_FORMAT"),
-    ("auth-token", "IAC_CODE_AGUI_AUTH_TOKEN"),
-    ("a2a-token", "IAC_CODE_AGUI_A2A_TOKEN"),
-    ("cors-allow-origin", "IAC_CODE_AGUI_CORS_ALLOW_ORIGIN"),
-];
+/// The variable every option and YAML-only key also reads: `IAC_CODE_AGUI_` and the name in upper
+/// snake case (`max-connections` → `IAC_CODE_AGUI_MAX_CONNECTIONS`), the reference's own rule for
+/// the options it gives variables; one rule, so a new flag cannot forget its variable.
+fn env_var(key: &str) -> String {
+    format!(
+        "IAC_CODE_AGUI_{}",
+        key.to_ascii_uppercase().replace('-', "_")
+    )
+}
 
 impl Command {
     /// Parses `args` (without the program name) with `env` as the environment.
@@ -200,10 +201,8 @@ impl Command {
             if let Some(v) = cli.get(key) {
                 return Some(v.clone());
             }
-            if let Some((_, var)) = ENV.iter().find(|e| e.0 == key) {
-                if let Some(v) = env(var).filter(|v| !v.is_empty()) {
-                    return Some(v);
-                }
+            if let Some(v) = env(&env_var(key)).filter(|v| !v.is_empty()) {
+                return Some(v);
             }
             yaml.get(key).cloned()
         };
@@ -261,6 +260,12 @@ impl Command {
             allowed_hosts: host_list(get("allowed-host"))?,
             pair_mode: flag(get("pair-mode"), "pair-mode")?,
             cors_allow_origins: origin_list(get("cors-allow-origin"))?,
+            detach_grace: seconds(get("detach-grace"), "detach-grace", 0.0)?,
+            replay_buffer_bytes: number(
+                get("replay-buffer-bytes"),
+                "replay-buffer-bytes",
+                256 * 1024,
+            )?,
         };
         if config.auth_token.is_some() && config.cors_allow_origins.iter().any(|o| o == "*") {
             return Err(
@@ -608,6 +613,41 @@ fn parse_yaml(path: &str) -> Result<HashMap<String, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The flag checklist (ARCHITECTURE.md), checked: a flag missing from the help, the README
+    /// or its variable there fails here, not in a user's hands.
+    #[test]
+    fn every_flag_is_in_the_help_and_the_readme_with_its_variable() {
+        let readme = include_str!("../README.md");
+        for (name, _) in FLAGS {
+            let flag = format!("--{name}");
+            assert!(USAGE.contains(&flag), "{flag} is not in USAGE");
+            let row = format!("| `{flag}");
+            assert!(
+                readme.contains(&row),
+                "{flag} has no row in README's tables"
+            );
+            if *name != "config" {
+                let var = env_var(name);
+                assert!(readme.contains(&var), "{var} ({flag}) is not in README");
+            }
+        }
+        for key in YAML_ONLY {
+            assert!(
+                readme.contains(&env_var(key)),
+                "{key}'s variable is not in README"
+            );
+        }
+    }
+
+    #[test]
+    fn every_option_reads_its_variable_below_the_command_line() {
+        assert_eq!(config(&[], &[("IAC_CODE_AGUI_WORKERS", "3")]).workers, 3);
+        assert_eq!(
+            config(&["--workers", "5"], &[("IAC_CODE_AGUI_WORKERS", "3")]).workers,
+            5
+        );
+    }
 
     fn parse(args: &[&str], env: &[(&str, &str)]) -> Result<Command, String> {
         let env: HashMap<String, String> = env

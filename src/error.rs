@@ -35,6 +35,9 @@ pub(crate) enum Code {
     A2aUnavailable,
     A2aProtocolError,
     A2aExecutionFailed,
+    /// The kernel's own code (`iac_code/services/session_backup.py`), passed on as the
+    /// reference passes it: the session backup is still synchronizing, retry shortly.
+    SessionBackupNotReady,
     Cancelled,
     InternalError,
 }
@@ -64,6 +67,7 @@ impl Code {
             Code::A2aUnavailable => "A2A_UNAVAILABLE",
             Code::A2aProtocolError => "A2A_PROTOCOL_ERROR",
             Code::A2aExecutionFailed => "A2A_EXECUTION_FAILED",
+            Code::SessionBackupNotReady => "SESSION_BACKUP_NOT_READY",
             Code::Cancelled => "CANCELLED",
             Code::InternalError => "INTERNAL_ERROR",
         }
@@ -85,7 +89,8 @@ impl Code {
             Code::StatePersistenceFailed => 500,
             Code::StateUnavailable | Code::A2aUnavailable => 503,
             Code::A2aProtocolError | Code::A2aExecutionFailed => 502,
-            Code::Cancelled => 409,
+            // The kernel answers it with 409 (`iac_code/a2a/app.py`, ensure-restored).
+            Code::Cancelled | Code::SessionBackupNotReady => 409,
             Code::InternalError => 500,
         }
     }

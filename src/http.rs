@@ -54,9 +54,9 @@ pub(crate) fn error_body(status: u16) -> (Vec<u8>, &'static str) {
 }
 
 /// Starts `dispatchers` threads taking requests from `server`; each request gets its own thread.
-pub fn serve(app: Arc<App>, server: Arc<tiny_http::Server>, dispatchers: usize) {
+pub fn serve(app: &Arc<App>, server: &Arc<tiny_http::Server>, dispatchers: usize) {
     log_request_panics();
-    let weak = Arc::downgrade(&server);
+    let weak = Arc::downgrade(server);
     crate::metrics::count_connections_with(move || {
         weak.upgrade().map_or(0, |s| s.num_connections())
     });
@@ -236,7 +236,7 @@ fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
             let _ = req.respond(with_headers(Response::empty(204), headers));
         }
         Ok(Next::Run(admitted)) => stream_run(app, req, *admitted, &cors),
-        Ok(Next::Observe(observer)) => stream_observer(app, req, &observer, &cors),
+        Ok(Next::Observe(observer)) => stream_observer(app, req, *observer, &cors),
         Err(r) => {
             let socket = if r.close { req.socket() } else { None };
             if let Some(s) = &socket {
@@ -313,9 +313,11 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
         .and_then(|()| run::cancel_execution(app, &id, &body))
         .map(Next::Json)
         .map_err(refuse),
-        Route::Subscribe(id) => observe::admit_observer(app, &id, &body, header_lang)
-            .map(|o| Next::Observe(Box::new(o)))
-            .map_err(refuse),
+        Route::Subscribe(id) => {
+            observe::admit_observer(app, &id, &body, header(req, "Last-Event-ID"), header_lang)
+                .map(|o| Next::Observe(Box::new(o)))
+                .map_err(refuse)
+        }
         Route::Run => admit_run(app, req, body, accept_language.as_deref()),
         Route::Health | Route::Metrics | Route::Thread(_) | Route::Unknown => {
             Err(refuse(Msg::Internal.err()))
@@ -584,11 +586,18 @@ fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted, cors: &Cors) {
 
 /// An observer continues on this request thread, like a run, with heartbeats; it holds no
 /// thread slot, so nothing is freed when it ends.
-fn stream_observer(app: &Arc<App>, req: Request, observer: &Observer, cors: &Cors) {
-    let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
+fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors) {
+    // Which answer this is, never guessed by the client: `exact` or `join`.
+    let head = format!(
+        "X-AGUI-Resume: {}\r\n{}",
+        observer.resume_kind(),
+        cors.head()
+    );
+    let stream = match SseStream::open_with(req, app.config.write_timeout, &head) {
         Ok(s) => s,
         Err(e) => {
             log::info!("observer left before the stream started: {e}");
+            observer.abandon();
             return;
         }
     };
@@ -651,6 +660,7 @@ impl Cors {
             Cors::Allowed(origin) => [
                 Header::from_bytes("Access-Control-Allow-Origin", origin.as_bytes()),
                 Header::from_bytes("Vary", "Origin"),
+                Header::from_bytes("Access-Control-Expose-Headers", "X-AGUI-Resume"),
             ]
             .into_iter()
             .flatten()

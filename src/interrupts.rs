@@ -335,6 +335,8 @@ pub(crate) fn answer(
     if text.trim().is_empty() {
         return Err(Msg::NoAnswer.err());
     }
+    // The kernel reads a resource selection from `metadata.iac_code.inputResponse`, with exactly
+    // these fields (`iac_code/a2a/resource_selector.py`, `parse_resource_selection_response`).
     let extra_metadata = (Kind::of(input) == Kind::CloudResourceSelection
         && payload.get("value").is_some())
     .then(|| {

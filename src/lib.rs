@@ -19,6 +19,7 @@
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
 //! | `observe` | re-attach after a reload: the thread lookup and the observe stream |
+//! | [`feed`] | replay buffers: SSE cursors kept per execution, exact resume, join, detach grace |
 //! | [`a2a`] | the JSON-RPC client and the `metadata.iac_code` key table |
 //! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
 //! | `frame` | a typed, borrowing view of one A2A JSON-RPC frame (the hot path's parsing) |
@@ -55,10 +56,14 @@
 //!                    "TEXT_MESSAGE_END", "RUN_FINISHED"]);
 //! ```
 
+// `pub` is the crate's API; everything else is `pub(crate)`, and the compiler keeps it so.
+#![warn(unreachable_pub)]
+
 pub mod a2a;
 pub mod app;
 pub mod config;
 pub mod error;
+pub mod feed;
 pub(crate) mod frame;
 #[doc(hidden)]
 pub mod hotpath;

@@ -3,6 +3,7 @@
 use iac_code_agui::a2a::A2aClient;
 use iac_code_agui::app::{App, Runs};
 use iac_code_agui::config::{Command, Config, LogFormat, USAGE};
+use iac_code_agui::feed::Feeds;
 use iac_code_agui::http;
 use iac_code_agui::kernel::Kernel;
 use iac_code_agui::logctx;
@@ -88,10 +89,11 @@ fn main() {
         ),
         store: Store::new(config.state_dir.clone()),
         heartbeats: Heartbeats::start(config.heartbeat),
+        feeds: Feeds::start(config.replay_buffer_bytes, config.detach_grace),
         runs: Runs::default(),
         config,
     });
-    http::serve(app.clone(), server.clone(), app.config.workers);
+    http::serve(&app, &server, app.config.workers);
     let addr = server.server_addr();
     log::info!(
         "iac-code-agui {} listening on http://{addr}",

@@ -80,6 +80,7 @@ pub enum Msg {
     ObservedLost,
     // Admission and the run (src/run/).
     ThreadBusy,
+    ThreadDetached,
     DuplicateRunId,
     RunIdConflict,
     ThreadBound,
@@ -98,7 +99,10 @@ pub enum Msg {
     RepeatedInterruptId,
     NotAllAnswered,
     IdentityChanged,
+    SessionChanged,
     AnswerRefused,
+    SessionBackupNotReady,
+    TaskLookupRefused,
     ExecutionNotFound,
     // Interrupt answers (src/interrupts.rs).
     PayloadMissing,
@@ -133,7 +137,7 @@ pub enum Msg {
 
 /// One row: the code, a status overriding [`Code::http_status`], and the sentences in
 /// [`Lang::ALL`] order (en, zh, es, fr, de, ja, pt).
-type Row = (Code, Option<u16>, [&'static str; 7]);
+type Row = (Code, Option<u16>, [&'static str; Lang::ALL.len()]);
 
 impl Msg {
     /// An error with this message and no parameters.
@@ -165,6 +169,7 @@ impl Msg {
     }
 
     #[rustfmt::skip]
+    #[allow(clippy::too_many_lines)] // the catalogue: one row a message, read as a table
     fn row(self) -> Row {
         use Code::*;
         match self {
@@ -726,6 +731,15 @@ impl Msg {
                 "このスレッドには実行中の run があります。",
                 "A thread já tem uma execução ativa.",
             ]),
+            Msg::ThreadDetached => (ThreadBusy, None, [
+                "The thread's run goes on without its client (detach grace): re-attach to it with the subscribe route, or wait until it ends.",
+                "该 thread 的 run 在客户端离开后仍在继续（detach grace）：请通过 subscribe 路由重新连接，或等待其结束。",
+                "La ejecución del hilo continúa sin su cliente (periodo de gracia): vuelva a conectarse con la ruta subscribe o espere a que termine.",
+                "L'exécution du fil continue sans son client (délai de grâce) : reconnectez-vous avec la route subscribe, ou attendez qu'elle se termine.",
+                "Der Lauf des Threads geht ohne seinen Client weiter (Karenzzeit): Verbinden Sie sich über die Subscribe-Route erneut oder warten Sie, bis er endet.",
+                "このスレッドの run はクライアントが離れた後も続いています（猶予期間）。subscribe ルートで再接続するか、終了するまでお待ちください。",
+                "A execução da thread continua sem o seu cliente (período de tolerância): reconecte-se pela rota subscribe ou aguarde até que termine.",
+            ]),
             Msg::DuplicateRunId => (DuplicateRunId, None, [
                 "The AG-UI run id has already been used for this request.",
                 "该 AG-UI run ID 已被相同请求使用。",
@@ -887,6 +901,33 @@ impl Msg {
                 "Der A2A-Dienst hat das Protokoll verletzt: Aufgabe oder Kontext passen nicht mehr zum Thread.",
                 "A2A サービスがプロトコルに違反しました。A2A タスクまたはコンテキストがスレッドと一致しなくなりました。",
                 "O serviço A2A violou o protocolo: a tarefa ou o contexto A2A não corresponde mais à thread.",
+            ]),
+            Msg::SessionChanged => (A2aProtocolError, None, [
+                "The A2A service broke the protocol: the thread's iac-code session changed.",
+                "A2A 服务违反协议：该 thread 的 iac-code 会话发生了变化。",
+                "El servicio A2A incumplió el protocolo: la sesión de iac-code del hilo cambió.",
+                "Le service A2A a enfreint le protocole : la session iac-code du fil a changé.",
+                "Der A2A-Dienst hat das Protokoll verletzt: Die iac-code-Sitzung des Threads hat sich geändert.",
+                "A2A サービスがプロトコルに違反しました。スレッドの iac-code セッションが変わりました。",
+                "O serviço A2A violou o protocolo: a sessão do iac-code da thread mudou.",
+            ]),
+            Msg::SessionBackupNotReady => (SessionBackupNotReady, None, [
+                "The iac-code session backup is still synchronizing. Retry after 3 seconds.",
+                "iac-code 会话备份仍在同步中，请 3 秒后重试。",
+                "La copia de seguridad de la sesión de iac-code aún se está sincronizando. Reintente en 3 segundos.",
+                "La sauvegarde de la session iac-code est encore en cours de synchronisation. Réessayez dans 3 secondes.",
+                "Die Sicherung der iac-code-Sitzung wird noch synchronisiert. Bitte in 3 Sekunden erneut versuchen.",
+                "iac-code セッションのバックアップはまだ同期中です。3 秒後に再試行してください。",
+                "O backup da sessão do iac-code ainda está sincronizando. Tente novamente em 3 segundos.",
+            ]),
+            Msg::TaskLookupRefused => (A2aUnavailable, None, [
+                "The local A2A execution service is unavailable: looking up the A2A task answered JSON-RPC error {0}: {1}",
+                "本地 A2A 执行服务不可用：查询 A2A 任务返回 JSON-RPC 错误 {0}：{1}",
+                "El servicio local de ejecución A2A no está disponible: la consulta de la tarea A2A respondió con el error JSON-RPC {0}: {1}",
+                "Le service d'exécution A2A local est indisponible : la consultation de la tâche A2A a répondu l'erreur JSON-RPC {0} : {1}",
+                "Der lokale A2A-Ausführungsdienst ist nicht verfügbar: Die Abfrage der A2A-Aufgabe antwortete mit JSON-RPC-Fehler {0}: {1}",
+                "ローカルの A2A 実行サービスを利用できません。A2A タスクの照会が JSON-RPC エラー {0} を返しました：{1}",
+                "O serviço local de execução A2A está indisponível: a consulta da tarefa A2A respondeu com o erro JSON-RPC {0}: {1}",
             ]),
             Msg::AnswerRefused => (A2aUnavailable, None, [
                 "The local A2A execution service is unavailable: the A2A service did not accept the answer.",
@@ -1210,6 +1251,7 @@ pub(crate) const ALL: &[Msg] = &[
     Msg::ObservedFailed,
     Msg::ObservedLost,
     Msg::ThreadBusy,
+    Msg::ThreadDetached,
     Msg::DuplicateRunId,
     Msg::RunIdConflict,
     Msg::ThreadBound,
@@ -1228,7 +1270,10 @@ pub(crate) const ALL: &[Msg] = &[
     Msg::RepeatedInterruptId,
     Msg::NotAllAnswered,
     Msg::IdentityChanged,
+    Msg::SessionChanged,
     Msg::AnswerRefused,
+    Msg::SessionBackupNotReady,
+    Msg::TaskLookupRefused,
     Msg::ExecutionNotFound,
     Msg::PayloadMissing,
     Msg::ResponseSchemaInvalid,

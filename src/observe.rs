@@ -17,6 +17,7 @@
 
 use crate::app::App;
 use crate::error::{Error, Lang, Msg};
+use crate::feed::{Feed, Next, Start};
 use crate::ids;
 use crate::interrupts;
 use crate::projection::{normalize_state, Durable, End, Projection, RunIds};
@@ -155,6 +156,8 @@ pub(crate) fn thread_status(
 
 /// What an admitted observer watches.
 pub(crate) struct Observer {
+    /// The run is live (or just ended) in this process: its replay buffer answers, and how.
+    local: Option<(Arc<Feed>, Start)>,
     ids: RunIds,
     lang: Lang,
     task_id: String,
@@ -162,6 +165,18 @@ pub(crate) struct Observer {
     durable: Durable,
     /// `Some`: the execution waits for these interrupts (nothing runs upstream).
     waiting: Option<Vec<Value>>,
+    /// A local run whose fold outgrew its cap, joined from the kernel: this observer still
+    /// counts as its watcher (the detach grace) until it is dropped.
+    _watching: Option<Watching>,
+}
+
+/// Holds a run's feed watched; leaving it (however the observer ends) is the unwatch.
+struct Watching(Arc<Feed>);
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0.unwatch();
+    }
 }
 
 fn required(body: &Value, key: &str) -> Option<String> {
@@ -178,6 +193,7 @@ pub(crate) fn admit_observer(
     app: &App,
     execution_id: &str,
     body: &[u8],
+    last_event_id: Option<&str>,
     lang: Lang,
 ) -> Result<Observer, Error> {
     let bad = || Msg::ObserveIdentityInvalid.err();
@@ -202,6 +218,33 @@ pub(crate) fn admit_observer(
     {
         return Err(identity_changed());
     }
+    let ids = RunIds {
+        thread_id: thread_id.clone(),
+        run_id: run_id.clone(),
+        parent_run_id: None,
+        execution_id: exec.execution_id.clone(),
+        context_id: doc.context_id.clone(),
+        ros_invocation_id: ros.clone(),
+    };
+    let mut watching = None;
+    if let Some(feed) = app.feeds.get(execution_id) {
+        // Exactly what this process sent: no kernel call, the same ids and text.
+        match feed.attach(last_event_id) {
+            Start::Kernel => watching = Some(Watching(feed)),
+            start => {
+                return Ok(Observer {
+                    local: Some((feed, start)),
+                    ids,
+                    lang,
+                    task_id: String::new(),
+                    session_id: None,
+                    durable: Durable::default(),
+                    waiting: None,
+                    _watching: None,
+                })
+            }
+        }
+    }
     let live = active.filter(|a| a.execution_id == execution_id);
     let waiting =
         (live.is_none() && !exec.pending.is_empty()).then(|| pending_interrupts(&doc, lang));
@@ -212,14 +255,8 @@ pub(crate) fn admit_observer(
         _ => return Err(not_found()),
     };
     Ok(Observer {
-        ids: RunIds {
-            thread_id,
-            run_id,
-            parent_run_id: None,
-            execution_id: exec.execution_id.clone(),
-            context_id: doc.context_id.clone(),
-            ros_invocation_id: ros,
-        },
+        local: None,
+        ids,
         lang,
         task_id,
         session_id: doc.iac_code_session_id.clone(),
@@ -229,6 +266,7 @@ pub(crate) fn admit_observer(
             text_digests: Default::default(),
         },
         waiting,
+        _watching: watching,
     })
 }
 
@@ -246,8 +284,32 @@ fn wait_for_task(active: &ActiveRun) -> Option<String> {
     }
 }
 
+impl Observer {
+    /// Which answer this is (`X-AGUI-Resume`): `exact` (the events after the client's cursor)
+    /// or `join` (a run of its own: the turn so far, then the live tail).
+    pub(crate) fn resume_kind(&self) -> &'static str {
+        match &self.local {
+            Some((_, Start::Exact(_))) => "exact",
+            _ => "join",
+        }
+    }
+
+    /// The observer will not stream after all (its client left before the head was written).
+    pub(crate) fn abandon(self) {
+        if let Some((feed, _)) = self.local {
+            feed.unwatch();
+        }
+    }
+}
+
 /// Runs an observer to its end on the calling thread, writing to `stream`.
-pub(crate) fn observe(app: &App, obs: &Observer, stream: &SseStream) {
+pub(crate) fn observe(app: &App, mut obs: Observer, stream: &SseStream) {
+    stream.set_tag(&obs.ids.execution_id);
+    if let Some((feed, start)) = obs.local.take() {
+        tail(&feed, start, stream);
+        feed.unwatch();
+        return;
+    }
     let mut proj = Projection::new(obs.ids.clone(), obs.lang).resuming(
         &obs.task_id,
         obs.session_id.as_deref(),
@@ -267,7 +329,7 @@ pub(crate) fn observe(app: &App, obs: &Observer, stream: &SseStream) {
                 return;
             }
             out.clear();
-            match follow(app, obs, &mut proj, stream) {
+            match follow(app, &obs, &mut proj, stream) {
                 Some(finish) => finish,
                 None => return, // the client left: its stream is closed, the run goes on
             }
@@ -277,6 +339,41 @@ pub(crate) fn observe(app: &App, obs: &Observer, stream: &SseStream) {
     stream.send(&out);
     stream.finish();
 }
+
+/// Streams a local run's replay buffer: the join's prelude or nothing (an exact resume), then
+/// every frame after the position until the run's end. An observer that fell behind the buffer's
+/// cap gets the end of the body without the run's end: its client re-attaches and joins.
+fn tail(feed: &Feed, start: Start, stream: &SseStream) {
+    let mut after = match start {
+        Start::Exact(at) => at,
+        Start::Kernel => return, // never local: admit_observer asks the kernel instead
+        Start::Join(body, count, at) => {
+            if !stream.send_frames(&body, count) {
+                return;
+            }
+            at
+        }
+    };
+    while !stream.is_closed() {
+        match feed.next(&mut after, TAIL_WAIT) {
+            Next::Frames(body, count) => {
+                if !stream.send_frames(&body, count) {
+                    return;
+                }
+            }
+            Next::Idle => {}
+            Next::Done => break,
+            Next::Lagged => {
+                log::info!("observer fell behind the replay buffer; ending its stream");
+                break;
+            }
+        }
+    }
+    stream.finish();
+}
+
+/// How long an observer waits for frames before it checks its own client again.
+const TAIL_WAIT: Duration = Duration::from_millis(500);
 
 /// Reads `SubscribeToTask` into the client until the task reaches a wait or an end. `None`:
 /// the client left.

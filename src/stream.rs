@@ -13,16 +13,70 @@
 
 use crate::projection::Serialized;
 use crate::sse;
-use crossbeam_channel::{select, tick, Receiver};
+use crossbeam_channel::{tick, Receiver};
 use parking_lot::Mutex;
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 type CloseHook = Box<dyn FnOnce() + Send>;
+
+/// SSE cursors (`id:` lines): `<epoch>.<execution tag>.<seq>`, opaque to clients. The epoch (start
+/// time and a random part) differs at every start, so a cursor from before a restart is never
+/// read as a position after it; the tag (a short hash of the execution id) keeps cursors of two
+/// executions apart; `seq` comes from one process-wide counter, so it increases within every
+/// execution and stream. A join's prelude (its snapshot of the turn so far) is numbered
+/// `<epoch>.<tag>.<seq>.<k>`, its last frame plain `<epoch>.<tag>.<seq>`: the position it stands for.
+pub(crate) mod cursor {
+    use super::*;
+
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+
+    pub(crate) fn epoch() -> &'static str {
+        static EPOCH: OnceLock<String> = OnceLock::new();
+        EPOCH.get_or_init(|| format!("{:x}{}", crate::ids::now_ms(), &crate::ids::uuid_v4()[..6]))
+    }
+
+    /// The next position (never 0).
+    pub(crate) fn next_seq() -> u64 {
+        SEQ.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The short tag of an execution in its cursors.
+    pub(crate) fn tag(execution_id: &str) -> String {
+        crate::ids::sha256_hex(execution_id.as_bytes())[..10].to_string()
+    }
+
+    pub(crate) fn format(tag: &str, seq: u64, sub: Option<usize>) -> String {
+        match sub {
+            Some(k) => format!("{}.{tag}.{seq}.{k}", epoch()),
+            None => format!("{}.{tag}.{seq}", epoch()),
+        }
+    }
+
+    /// A cursor of this process: `(tag, seq)`. `None` for anything else (another start, a
+    /// join's prelude before its last frame, garbage).
+    pub(crate) fn parse(s: &str) -> Option<(String, u64)> {
+        let mut parts = s.trim().split('.');
+        let (e, tag, seq) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || e != epoch() {
+            return None;
+        }
+        Some((tag.to_string(), seq.parse().ok()?))
+    }
+
+    /// One SSE frame: `id:` then `data:`.
+    pub(crate) fn push_frame(out: &mut Vec<u8>, id: &str, json: &[u8]) {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(id.as_bytes());
+        out.push(b'\n');
+        sse::push_data_frame(out, json);
+    }
+}
 
 /// One SSE response: chunk-encoded for HTTP/1.1, close-delimited for HTTP/1.0.
 pub(crate) struct SseStream {
@@ -33,6 +87,8 @@ pub(crate) struct SseStream {
     socket: Option<Arc<TcpStream>>,
     chunked: bool,
     write_timeout: Duration,
+    /// The cursor tag of frames this stream numbers itself ([`SseStream::send`]).
+    tag: Mutex<String>,
 }
 
 struct Inner {
@@ -119,6 +175,7 @@ impl SseStream {
             socket,
             chunked,
             write_timeout,
+            tag: Mutex::new("0".into()),
         }))
     }
 
@@ -140,6 +197,16 @@ impl SseStream {
         }
     }
 
+    /// Checks the client now instead of at the next heartbeat tick: a client that closed its
+    /// end is marked gone (its close hook runs). `true`: the client is gone.
+    pub(crate) fn check_client(&self) -> bool {
+        if !self.is_closed() && self.peer_closed() {
+            log::debug!("client closed its end of the stream (seen at admission)");
+            self.mark_closed();
+        }
+        self.is_closed()
+    }
+
     /// Drops the close hook (the run no longer needs cancelling on disconnect).
     pub(crate) fn clear_on_close(&self) {
         self.on_close.lock().take();
@@ -159,23 +226,39 @@ impl SseStream {
         }
     }
 
-    /// Sends events as one chunk with one flush. `false`: the client is gone.
+    /// The execution this stream's own cursors name.
+    pub(crate) fn set_tag(&self, execution_id: &str) {
+        *self.tag.lock() = cursor::tag(execution_id);
+    }
+
+    /// Frames `events` with fresh cursors (positions no replay buffer holds).
+    pub(crate) fn frames(&self, events: &(impl Serialized + ?Sized)) -> Vec<u8> {
+        let tag = self.tag.lock().clone();
+        let mut body = Vec::with_capacity(256 * events.count());
+        events.each_json(&mut |json| {
+            let id = cursor::format(&tag, cursor::next_seq(), None);
+            cursor::push_frame(&mut body, &id, json);
+        });
+        body
+    }
+
+    /// Sends events as one chunk with one flush, each with a fresh cursor. `false`: the client
+    /// is gone.
     pub(crate) fn send(&self, events: &(impl Serialized + ?Sized)) -> bool {
         if events.count() == 0 {
             return !self.is_closed();
         }
-        // One body buffer per run thread, kept: a steady stream allocates nothing per write.
-        thread_local!(static BODY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
-        let ok = BODY.with_borrow_mut(|body| {
-            body.clear();
-            events.each_json(&mut |json| sse::push_data_frame(body, json));
-            let ok = self.write_chunk(body);
-            body.clear();
-            body.shrink_to(64 * 1024);
-            ok
-        });
+        self.send_frames(&self.frames(events), events.count())
+    }
+
+    /// Sends `count` frames already numbered (a replay buffer's) as one chunk.
+    pub(crate) fn send_frames(&self, body: &[u8], count: usize) -> bool {
+        if body.is_empty() {
+            return !self.is_closed();
+        }
+        let ok = self.write_chunk(body);
         if ok {
-            crate::metrics::events_sent(events.count());
+            crate::metrics::events_sent(count);
         }
         ok
     }
@@ -365,10 +448,7 @@ impl SseStream {
             return;
         }
         self.clear_on_close();
-        let mut body = Vec::new();
-        for ev in events {
-            sse::push_data_frame(&mut body, &serde_json::to_vec(ev).unwrap_or_default());
-        }
+        let body = self.frames(events);
         let Inner {
             out,
             frame,
@@ -443,7 +523,7 @@ impl Heartbeats {
         let ticks = tick(period);
         std::thread::Builder::new()
             .name("heartbeat".into())
-            .spawn(move || beat(streams, ticks, interval))
+            .spawn(move || beat(&streams, &ticks, interval))
             .expect("spawn heartbeat thread");
         hb
     }
@@ -453,11 +533,8 @@ impl Heartbeats {
     }
 }
 
-fn beat(streams: Arc<Mutex<Vec<Weak<SseStream>>>>, ticks: Receiver<Instant>, interval: Duration) {
-    loop {
-        select! {
-            recv(ticks) -> t => if t.is_err() { return },
-        }
+fn beat(streams: &Mutex<Vec<Weak<SseStream>>>, ticks: &Receiver<Instant>, interval: Duration) {
+    while ticks.recv().is_ok() {
         let live: Vec<Arc<SseStream>> = {
             let mut list = streams.lock();
             list.retain(|w| w.strong_count() > 0);
@@ -496,8 +573,13 @@ mod tests {
         let s = SseStream::start(Box::new(Shared(buf.clone(), broken.clone()))).unwrap();
         assert!(s.send(&[serde_json::json!({"type": "RUN_STARTED"})]));
         let text = String::from_utf8(buf.lock().clone()).unwrap();
+        let id = cursor::format("0", 1, None);
+        assert!(id.starts_with(cursor::epoch()), "{id}");
+        let frame = text.split_once("\r\n\r\n").unwrap().1;
+        let frame = frame.split_once("\r\n").unwrap().1;
+        assert!(frame.starts_with("id: "), "{text}");
         assert!(
-            text.ends_with("1e\r\ndata: {\"type\":\"RUN_STARTED\"}\n\n\r\n"),
+            frame.ends_with("\ndata: {\"type\":\"RUN_STARTED\"}\n\n\r\n"),
             "{text}"
         );
         let fired = Arc::new(Mutex::new(0));
@@ -507,6 +589,17 @@ mod tests {
         assert!(!s.heartbeat_if_idle(Duration::ZERO));
         assert!(!s.send(&[serde_json::json!({})]));
         assert_eq!(*fired.lock(), 1);
+    }
+
+    #[test]
+    fn a_cursor_of_this_process_parses_and_any_other_does_not() {
+        let id = cursor::format("abc", 42, None);
+        assert_eq!(cursor::parse(&id), Some(("abc".into(), 42)));
+        assert_eq!(cursor::parse(&cursor::format("abc", 42, Some(0))), None);
+        let before_restart = id.replacen(cursor::epoch(), "0zz", 1);
+        assert_eq!(cursor::parse(&before_restart), None);
+        assert_eq!(cursor::parse("garbage"), None);
+        assert!(cursor::next_seq() < cursor::next_seq());
     }
 
     #[test]

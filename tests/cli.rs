@@ -435,13 +435,7 @@ fn metrics_count_runs_events_errors_and_latencies_after_runs() {
 #[test]
 fn json_logs_are_one_object_a_line_with_the_run_ids_as_fields() {
     let k = FakeKernel::start();
-    let a = Adapter::start_with(
-        &k.url,
-        Options {
-            args: vec!["--log-format".into(), "json".into()],
-            ..Default::default()
-        },
-    );
+    let a = Adapter::start_args(&k.url, &["--log-format", "json"]);
     let r = a.run(&a.request("t-json", "r-json", "hi"));
     let execution = r.session()["executionId"].as_str().unwrap().to_string();
     assert!(eventually(5, || a.logs().contains("r-json")));
@@ -494,13 +488,7 @@ fn the_state_dir_is_owner_only_and_a_loose_one_is_reported_at_start_up() {
 fn reference_flags_and_urls_are_accepted() {
     let k = FakeKernel::start();
     let mapped = k.url.replace("127.0.0.1", "[::ffff:127.0.0.1]");
-    let a = Adapter::start_with(
-        &mapped,
-        Options {
-            args: vec!["-d".into(), "--no-log-stdout".into()],
-            ..Default::default()
-        },
-    );
+    let a = Adapter::start_args(&mapped, &["-d", "--no-log-stdout"]);
     assert!(a
         .logs()
         .contains("A2A kernel: external at http://[::ffff:127.0.0.1]:"));

@@ -278,16 +278,25 @@ fn a_connection_beyond_the_cap_gets_a_fast_503() {
         ("--header-timeout", "10"),
         ("--keepalive-timeout", "10"),
     ]);
-    let idle: Vec<TcpStream> = (0..10).map(|_| connect(&a.url)).collect();
+    let mut idle: Vec<TcpStream> = (0..10).map(|_| connect(&a.url)).collect();
     std::thread::sleep(Duration::from_millis(300));
-    let mut s = connect(&a.url);
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    s.write_all(&head("GET", "/health", &[])).unwrap();
-    let t0 = Instant::now();
-    let r = read_response(&mut s)
-        .unwrap_or_else(|e| panic!("no fast answer beyond the cap: {e}"))
-        .expect("closed without a 503");
-    eprintln!("503 after {:?}", t0.elapsed());
+    // The start-up's /health connection may free its place only now (its close is seen by the
+    // server's connection thread in its own time, later on a loaded machine): a probe that still
+    // got a place keeps it (keep-alive), and the next one must be refused.
+    let (mut s, r) = loop {
+        let mut s = connect(&a.url);
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s.write_all(&head("GET", "/health", &[])).unwrap();
+        let t0 = Instant::now();
+        let r = read_response(&mut s)
+            .unwrap_or_else(|e| panic!("no fast answer beyond the cap: {e}"))
+            .expect("closed without a 503");
+        eprintln!("{} after {:?}", r.status, t0.elapsed());
+        if r.status != 200 || idle.len() >= 12 {
+            break (s, r);
+        }
+        idle.push(s);
+    };
     assert_eq!(r.status, 503, "{}", r.head);
     assert_eq!(r.error_code(), "A2A_UNAVAILABLE", "{:?}", r.json());
     assert!(closes_within(
@@ -1363,7 +1372,7 @@ fn an_http_1_0_client_gets_a_close_delimited_stream() {
     let text = String::from_utf8_lossy(&rest);
     for line in text.lines().filter(|l| !l.is_empty()) {
         assert!(
-            line.starts_with("data: ") || line.starts_with(':'),
+            line.starts_with("data: ") || line.starts_with("id: ") || line.starts_with(':'),
             "not SSE (chunk framing?): {line:?}"
         );
     }

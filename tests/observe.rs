@@ -63,17 +63,34 @@ fn gated_permission(k: &FakeKernel) {
     );
 }
 
-fn lookup(a: &Adapter, thread: &str, query: &str) -> (u16, Value) {
-    let resp = agent()
-        .get(format!(
-            "{}/extensions/iac-code/v1/threads/{thread}?{query}",
-            a.url
-        ))
-        .call()
-        .unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.into_body().read_to_string().unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+/// Subscribes on a thread of its own and returns once the answer's head arrived (the observer
+/// is attached), checking which answer it is (`X-AGUI-Resume`).
+fn attach(
+    a: &Adapter,
+    exec: &str,
+    body: &Value,
+    kind: &'static str,
+) -> std::thread::JoinHandle<RunResult> {
+    let url = format!(
+        "{}/extensions/iac-code/v1/executions/{exec}/subscribe",
+        a.url
+    );
+    let body = serde_json::to_vec(body).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let observer = std::thread::spawn(move || {
+        let resp = agent()
+            .post(url)
+            .header("Content-Type", "application/json")
+            .send(body)
+            .unwrap();
+        let header = resp.headers().get("X-AGUI-Resume").cloned();
+        tx.send(header.and_then(|h| h.to_str().ok().map(String::from)))
+            .unwrap();
+        read_result(resp)
+    });
+    let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(got.as_deref(), Some(kind));
+    observer
 }
 
 fn subscribe(a: &Adapter, execution: &str, body: &Value) -> RunResult {
@@ -105,7 +122,7 @@ fn start_run(a: &Adapter, thread: &str, text: &str) -> std::thread::JoinHandle<R
 }
 
 fn identity(a: &Adapter, thread: &str) -> (String, Value) {
-    let (status, v) = lookup(a, thread, "rosInvocationId=invocation-1");
+    let (status, v) = a.thread_lookup(thread, "rosInvocationId=invocation-1");
     assert_eq!(status, 200, "{v}");
     let exec = v["executionId"].as_str().unwrap().to_string();
     let body = json!({"threadId": thread, "runId": v["runId"], "rosInvocationId": "invocation-1"});
@@ -115,27 +132,27 @@ fn identity(a: &Adapter, thread: &str) -> (String, Value) {
 #[test]
 fn the_thread_lookup_needs_the_bound_identity_and_says_nothing_otherwise() {
     let (_k, a) = setup();
-    let (status, v) = lookup(&a, "t-none", "rosInvocationId=invocation-1");
+    let (status, v) = a.thread_lookup("t-none", "rosInvocationId=invocation-1");
     assert_eq!(
         (status, v["error"]["code"].as_str()),
         (404, Some("EXECUTION_NOT_FOUND"))
     );
     assert_eq!(a.run(&a.request("t-look", "r1", "hello")).status, 200);
-    let (status, v) = lookup(&a, "t-look", "");
+    let (status, v) = a.thread_lookup("t-look", "");
     assert_eq!(
         (status, v["error"]["code"].as_str()),
         (400, Some("INVALID_INPUT"))
     );
     // The wrong invocation, or a userId on a thread bound to none: the same 404 as no thread.
     for q in ["rosInvocationId=other", "userId=someone"] {
-        let (status, v) = lookup(&a, "t-look", q);
+        let (status, v) = a.thread_lookup("t-look", q);
         assert_eq!(
             (status, v["error"]["code"].as_str()),
             (404, Some("EXECUTION_NOT_FOUND")),
             "{q}"
         );
     }
-    let (status, v) = lookup(&a, "t-look", "rosInvocationId=invocation-1");
+    let (status, v) = a.thread_lookup("t-look", "rosInvocationId=invocation-1");
     assert_eq!(status, 200);
     assert_eq!(v["state"], "idle");
     assert_eq!(v["interrupts"], json!([]));
@@ -149,10 +166,10 @@ fn a_thread_bound_to_a_user_answers_that_user_id() {
     let mut body = a.request("t-user", "r1", "hello");
     body["forwardedProps"]["iacCode"]["userId"] = json!("alice@example.com");
     assert_eq!(a.run(&body).status, 200);
-    let (status, v) = lookup(&a, "t-user", "userId=alice%40example.com");
+    let (status, v) = a.thread_lookup("t-user", "userId=alice%40example.com");
     assert_eq!((status, v["state"].as_str()), (200, Some("idle")));
     assert_eq!(v["rosInvocationId"], "invocation-1");
-    let (status, _) = lookup(&a, "t-user", "userId=bob");
+    let (status, _) = a.thread_lookup("t-user", "userId=bob");
     assert_eq!(status, 404);
 }
 
@@ -161,7 +178,7 @@ fn a_waiting_thread_gives_back_its_interrupts_exactly_as_announced() {
     let (_k, a) = setup();
     let r = a.run(&a.request("t-wait", "r1", "scenario:permission"));
     let announced = r.interrupts();
-    let (status, v) = lookup(&a, "t-wait", "rosInvocationId=invocation-1");
+    let (status, v) = a.thread_lookup("t-wait", "rosInvocationId=invocation-1");
     assert_eq!(status, 200);
     assert_eq!(v["state"], "waiting");
     assert_eq!(v["runId"], "r1");
@@ -177,7 +194,7 @@ fn a_waiting_thread_gives_back_its_interrupts_exactly_as_announced() {
     let r2 = a.run(&resume);
     assert_eq!(r2.last()["outcome"]["type"], "success", "{:?}", r2.types());
     assert_eq!(
-        lookup(&a, "t-wait", "rosInvocationId=invocation-1").1["state"],
+        a.thread_lookup("t-wait", "rosInvocationId=invocation-1").1["state"],
         "idle"
     );
 }
@@ -204,7 +221,8 @@ fn observing_a_waiting_execution_ends_with_the_same_interrupts() {
     assert_balanced(&o.events);
     // Read-only: the thread still waits for the same answer.
     assert_eq!(
-        lookup(&a, "t-obs-wait", "rosInvocationId=invocation-1").1["state"],
+        a.thread_lookup("t-obs-wait", "rosInvocationId=invocation-1")
+            .1["state"],
         "waiting"
     );
 }
@@ -253,28 +271,13 @@ fn a_reattached_observer_gets_the_text_so_far_then_the_live_rest() {
     let (k, a) = setup();
     gated(&k);
     let run = start_run(&a, "t-live", "scenario:gated");
-    assert!(eventually(10, || lookup(
-        &a,
-        "t-live",
-        "rosInvocationId=invocation-1"
-    )
-    .1["state"]
+    assert!(eventually(10, || a
+        .thread_lookup("t-live", "rosInvocationId=invocation-1")
+        .1["state"]
         == "running"));
     let (exec, body) = identity(&a, "t-live");
     assert_eq!(body["runId"], "r1");
-    let url = a.url.clone();
-    let observer = std::thread::spawn(move || {
-        let resp = agent()
-            .post(format!(
-                "{url}/extensions/iac-code/v1/executions/{exec}/subscribe"
-            ))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        read_result(resp)
-    });
-    assert!(eventually(10, || k.calls("SubscribeToTask").len() == 1));
-    std::thread::sleep(Duration::from_millis(100));
+    let observer = attach(&a, &exec, &body, "join");
     k.open("go");
     let o = observer.join().unwrap();
     let r = run.join().unwrap();
@@ -286,18 +289,17 @@ fn a_reattached_observer_gets_the_text_so_far_then_the_live_rest() {
         ["RUN_STARTED", "CUSTOM", "MESSAGES_SNAPSHOT"],
         "{types:?}"
     );
+    // The run is live in this process: the join comes from its replay buffer. Closed messages
+    // are in the snapshot; the open one is re-opened with its text so far, and the live rest
+    // continues it (same message id, the run's whole text).
     let snapshot = &o.events[2]["messages"];
     assert_eq!(snapshot[0]["role"], "user");
     assert_eq!(snapshot[0]["content"], "scenario:gated");
-    assert_eq!(snapshot[1]["role"], "assistant");
-    assert_eq!(snapshot[1]["content"], "Here is the first half. ");
-    // The live rest continues the same message: snapshot + deltas = the run's whole text.
     assert_eq!(o.events[3]["type"], "TEXT_MESSAGE_START");
-    assert_eq!(o.events[3]["messageId"], snapshot[1]["id"]);
-    assert_eq!(
-        format!("{}{}", snapshot[1]["content"].as_str().unwrap(), o.text()),
-        r.text()
-    );
+    assert_eq!(o.events[4]["delta"], "Here is the first half. ");
+    let run_message = r.events.iter().find(|e| e["type"] == "TEXT_MESSAGE_START");
+    assert_eq!(o.events[3]["messageId"], run_message.unwrap()["messageId"]);
+    assert_eq!(o.text(), r.text());
     assert_eq!(o.last()["type"], "RUN_FINISHED");
     assert_eq!(o.last()["outcome"]["type"], "success");
     assert_balanced(&o.events);
@@ -313,18 +315,7 @@ fn an_observer_of_a_run_that_reaches_a_wait_gets_its_interrupts() {
     gated_permission(&k);
     let run = start_run(&a, "t-live-wait", "scenario:gated-permission");
     let (exec, body) = identity(&a, "t-live-wait");
-    let url = a.url.clone();
-    let observer = std::thread::spawn(move || {
-        let resp = agent()
-            .post(format!(
-                "{url}/extensions/iac-code/v1/executions/{exec}/subscribe"
-            ))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        read_result(resp)
-    });
-    assert!(eventually(10, || k.calls("SubscribeToTask").len() == 1));
+    let observer = attach(&a, &exec, &body, "join");
     k.open("go");
     let r = run.join().unwrap();
     let o = observer.join().unwrap();
@@ -386,7 +377,7 @@ fn the_lookup_and_subscribe_routes_are_bearer_protected() {
             ..Default::default()
         },
     );
-    let (status, _) = lookup(&a, "t", "rosInvocationId=x");
+    let (status, _) = a.thread_lookup("t", "rosInvocationId=x");
     assert_eq!(status, 401);
     let r = subscribe(
         &a,
@@ -430,16 +421,7 @@ fn header(resp: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String>
 #[test]
 fn an_allowed_origin_gets_answered_preflights_and_cors_headers_on_every_answer() {
     let k = FakeKernel::start();
-    let a = Adapter::start_with(
-        &k.url,
-        Options {
-            args: vec![
-                "--cors-allow-origin".into(),
-                "http://console.test:8080".into(),
-            ],
-            ..Default::default()
-        },
-    );
+    let a = Adapter::start_args(&k.url, &["--cors-allow-origin", "http://console.test:8080"]);
     for path in [
         "/",
         "/extensions/iac-code/v1/executions/e1/cancel",
@@ -496,16 +478,7 @@ fn an_allowed_origin_gets_answered_preflights_and_cors_headers_on_every_answer()
 #[test]
 fn a_disallowed_origin_gets_no_cors_headers_and_no_run() {
     let k = FakeKernel::start();
-    let a = Adapter::start_with(
-        &k.url,
-        Options {
-            args: vec![
-                "--cors-allow-origin".into(),
-                "http://console.test:8080".into(),
-            ],
-            ..Default::default()
-        },
-    );
+    let a = Adapter::start_args(&k.url, &["--cors-allow-origin", "http://console.test:8080"]);
     let r = preflight(&a, "/", "http://evil.test");
     assert_eq!(r.status(), 403);
     assert_eq!(header(&r, "access-control-allow-origin"), None);

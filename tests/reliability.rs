@@ -27,14 +27,17 @@ fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_stil
     // machine still gets kills on both sides of the interrupt write).
     let t0 = Instant::now();
     a.run(&a.request("t-kill-calibrate", "r1", "scenario:permission"));
-    let window = (t0.elapsed().as_micros() as u64 * 3 / 2).max(1_000);
+    // Capped: a first run slowed by a loaded machine (23 s was seen beside the 500-run load
+    // test) must not stretch every iteration as much.
+    let window = (t0.elapsed().as_micros() as u64 * 3 / 2).clamp(1_000, 2_000_000);
+    // Bounded in count and time: up to 100 kills within 120 s, and at least 20 of them.
     let deadline = Instant::now() + Duration::from_secs(120);
-    let mut resumed = 0;
+    let (mut resumed, mut kills) = (0, 0);
     for i in 0..100 {
-        assert!(
-            Instant::now() < deadline,
-            "bounded: 100 iterations within 120 s"
-        );
+        if Instant::now() >= deadline {
+            break;
+        }
+        kills += 1;
         let thread = format!("t-kill-{i}");
         let body = a.request(&thread, "r1", "scenario:permission");
         let url = a.url.clone();
@@ -82,22 +85,18 @@ fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_stil
             resumed += 1;
         }
     }
+    assert!(kills >= 20, "only {kills} kills within 120 s");
     assert!(
         resumed > 0,
         "no iteration reached a persisted interrupt: the kill window is wrong"
     );
+    eprintln!("{kills} kills, {resumed} pending interrupts resumed after one");
 }
 
 #[test]
 fn a_hanging_upstream_ends_with_run_error_and_leaves_no_thread_behind() {
     let k = FakeKernel::start();
-    let a = Adapter::start_with(
-        &k.url,
-        Options {
-            args: vec!["--a2a-idle-timeout".into(), "0.5".into()],
-            ..Default::default()
-        },
-    );
+    let a = Adapter::start_args(&k.url, &["--a2a-idle-timeout", "0.5"]);
     let before = thread_count(a.pid());
     let r = a.run(&a.request("t-hang", "r1", "scenario:hang"));
     assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
@@ -247,13 +246,7 @@ fn five_hundred_concurrent_runs_deliver_every_event_in_order() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(500);
     let k = FakeKernel::start();
-    let a = Adapter::start_with(
-        &k.url,
-        Options {
-            args: vec!["--heartbeat-interval".into(), "5".into()],
-            ..Default::default()
-        },
-    );
+    let a = Adapter::start_args(&k.url, &["--heartbeat-interval", "5"]);
     let stop = Instant::now() + Duration::from_secs(secs);
     let clients: Vec<_> = (0..runs)
         .map(|i| {

@@ -121,19 +121,121 @@ function updateButtons() {
   $("stop").disabled = !(current && (streams > 0 || pending.length > 0));
 }
 
-// ---- the agent: HttpAgent plus connect() for the observe route -------------------------------
+// ---- the agent: HttpAgent with streams that survive a dropped connection -------------------
+// Every SSE frame of the adapter carries an `id:` (a cursor). @ag-ui/client's parser drops those
+// lines, so this page reads the SSE itself: it keeps the newest cursor and, when the connection
+// drops before the run's end, re-attaches to the execution with `Last-Event-ID` (capped backoff).
+// The adapter answers `X-AGUI-Resume: exact` (the events after the cursor: the same run goes on)
+// or `join` (a run of its own: the turn so far, then the live rest). A join cannot continue the
+// run already in progress, so the page ends it and re-attaches afresh (connectAgent). After the
+// user's own Stop, or the page's abort, it never reconnects.
+const RECONNECT_ATTEMPTS = 12;
+const backoff = (n) => Math.min(250 * 2 ** n, 5000);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// rxjs' Observable as the client bundles it (runHttpRequest returns one; nothing is fetched
+// until it is subscribed).
+const Observable = runHttpRequest(() => Promise.reject(new Error("unused"))).constructor;
+
+class Rejoin extends Error {}
+
+/** Reads SSE frames from a fetch response: `onFrame(id, event)` for each `data:` frame. */
+async function readFrames(resp, onFrame) {
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  let id = null;
+  let data = [];
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += decoder.decode(value, { stream: true });
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, nl).replace(/\r$/, "");
+      buf = buf.slice(nl + 1);
+      if (line === "") {
+        if (data.length) onFrame(id, JSON.parse(data.join("\n")));
+        id = null;
+        data = [];
+      } else if (line.startsWith("id:")) id = line.slice(3).trim();
+      else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+    }
+  }
+}
+
 class ConsoleAgent extends HttpAgent {
-  // connectAgent() runs this stream through the client's own pipeline (verifyEvents, apply).
+  /** A turn or a resume (POST /), continued through drops. */
+  run(input) {
+    const init = () => ({ ...this.requestInit(input), signal: this.abortController.signal });
+    return this.resilient(() => this.fetch(this.url, init()));
+  }
+
+  /** Re-attach (connectAgent): the observe route, continued through drops the same way. */
   connect() {
-    const body = JSON.stringify({ threadId, runId: this.observe.runId, rosInvocationId: this.observe.rosInvocationId });
-    const url = `${EXT}/executions/${encodeURIComponent(this.observe.executionId)}/subscribe`;
-    const init = {
+    return this.resilient(null);
+  }
+
+  /** The execution's observe stream, from `cursor` when there is one. The execution is the
+   *  one this stream announced (its session event); before that, the thread lookup's. */
+  async subscribe(cursor, known) {
+    if (!known) {
+      const t = await lookup();
+      if (!t || t.state === "idle" || !t.runId) {
+        throw Object.assign(new Error("The run is no longer running."), { final: true });
+      }
+      current = { executionId: t.executionId, rosInvocationId: t.rosInvocationId, runId: t.runId };
+    }
+    const t = current;
+    const h = { ...this.headers, "Content-Type": "application/json", Accept: "text/event-stream" };
+    if (cursor) h["Last-Event-ID"] = cursor;
+    return this.fetch(`${EXT}/executions/${encodeURIComponent(t.executionId)}/subscribe`, {
       method: "POST",
-      headers: { ...this.headers, "Content-Type": "application/json", Accept: "text/event-stream" },
-      body,
+      headers: h,
+      body: JSON.stringify({ threadId, runId: t.runId, rosInvocationId: t.rosInvocationId }),
       signal: this.abortController.signal,
-    };
-    return transformHttpEventStream(runHttpRequest(() => this.fetch(url, init)));
+    });
+  }
+
+  resilient(first) {
+    return new Observable((sub) => {
+      let cursor = null;
+      let started = false;
+      let known = false; // the session event named the execution
+      let ended = false;
+      const signal = this.abortController.signal;
+      (async () => {
+        for (let attempt = 0; !ended; attempt++) {
+          try {
+            const resp = await (attempt === 0 && first ? first() : this.subscribe(cursor, known));
+            if (!resp.ok) {
+              const body = await resp.json().catch(() => ({}));
+              const err = new Error(body?.error?.message || `HTTP ${resp.status}`);
+              err.payload = body;
+              throw Object.assign(err, { status: resp.status, final: true });
+            }
+            if (started && resp.headers.get("X-AGUI-Resume") === "join") throw new Rejoin("rejoin");
+            await readFrames(resp, (id, ev) => {
+              if (id) cursor = id;
+              if (ev.type === "RUN_STARTED") started = true;
+              if (ev.type === "CUSTOM" && ev.name === "iac-code.session.v1") known = true;
+              if (ev.type === "RUN_FINISHED" || ev.type === "RUN_ERROR") ended = true;
+              attempt = 0;
+              sub.next(ev);
+            });
+            if (ended) return sub.complete();
+          } catch (e) {
+            // Nothing started (refused, unreachable, another origin not allowed): no retry.
+            if (!started || e instanceof Rejoin || e.final || signal.aborted) return sub.error(e);
+          }
+          // The connection dropped before the run's end.
+          if (stopRequested || signal.aborted) return sub.error(new Error("stopped"));
+          if (attempt >= RECONNECT_ATTEMPTS) return sub.error(new Error("The connection was lost."));
+          setStatus("reconnecting", "reconnecting…");
+          await sleep(backoff(attempt));
+          setStatus("running");
+        }
+      })();
+    });
   }
 }
 
@@ -200,17 +302,24 @@ async function drive(agent, start) {
       notice(describe(error));
     },
   };
+  let rejoin = false;
   try {
     await start(agent, subscriber);
   } catch (e) {
-    setStatus("error", "error");
-    notice(describe(e));
+    rejoin = e instanceof Rejoin || e?.cause instanceof Rejoin;
+    if (e?.message === "stopped") setStatus("stopped");
+    else if (!rejoin) {
+      setStatus("error", "error");
+      notice(describe(e));
+    }
   } finally {
     streams--;
     stopRequested = false;
     updateButtons();
     if (outcome === null && $("status").dataset.state === "running") setStatus("idle");
   }
+  // The adapter could not continue the stream exactly (say it restarted): join the turn afresh.
+  if (rejoin) await recover();
 }
 
 async function send() {
@@ -257,27 +366,27 @@ async function stop() {
   }
 }
 
+/** The thread as the adapter sees it (`null` for a new thread). */
+async function lookup() {
+  const resp = await fetch(`${EXT}/threads/${encodeURIComponent(threadId)}?userId=${encodeURIComponent(USER)}`, { headers: headers() });
+  if (resp.status === 404) return null; // a new thread
+  if (!resp.ok) throw new Error(`Thread lookup failed: HTTP ${resp.status}`);
+  return resp.json();
+}
+
 /** After a (re)load: find the thread's execution and re-attach to it when it runs or waits. */
 async function recover() {
-  let resp;
+  let t;
   try {
-    resp = await fetch(`${EXT}/threads/${encodeURIComponent(threadId)}?userId=${encodeURIComponent(USER)}`, { headers: headers() });
+    t = await lookup();
   } catch (e) {
     setStatus("error", "error");
     notice(`Adapter unreachable: ${e.message}`);
     return;
   }
-  if (resp.status === 404) return; // a new thread
-  if (!resp.ok) {
-    notice(`Thread lookup failed: HTTP ${resp.status}`);
-    return;
-  }
-  const t = await resp.json();
-  if (t.state === "idle" || !t.runId) return;
+  if (!t || t.state === "idle" || !t.runId) return;
   current = { executionId: t.executionId, rosInvocationId: t.rosInvocationId, runId: t.runId };
-  const agent = newAgent();
-  agent.observe = current;
-  await drive(agent, (a, s) => a.connectAgent({}, s));
+  await drive(newAgent(), (a, s) => a.connectAgent({}, s));
 }
 
 $("send").onclick = send;

@@ -37,7 +37,7 @@ use replay::Replay;
 use serde_json::{json, Map, Value};
 use session::Session;
 use spans::Spans;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use steps::Steps;
 use tools::{ToolUpdate, Tools};
 use usage::Usage;
@@ -85,6 +85,12 @@ pub struct Projection {
     answered: HashSet<String>,
     /// The stream answered with a plain `message`, not a task.
     got_reply_message: bool,
+    /// Text taken from task snapshots in this run, whole per message id: a run can see several
+    /// snapshots (a side answer's `GetTask`, then `SubscribeToTask`'s first item), and each
+    /// message's text is taken once; a later snapshot adds only what the message gained.
+    snapshot_taken: HashMap<String, String>,
+    /// How many of the run's text contents came from task snapshots.
+    snapshot_contents: usize,
 }
 
 impl Projection {
@@ -105,6 +111,8 @@ impl Projection {
             steps: Steps::default(),
             usage: Usage::default(),
             got_reply_message: false,
+            snapshot_taken: HashMap::new(),
+            snapshot_contents: 0,
         }
     }
 
@@ -125,6 +133,14 @@ impl Projection {
         self.dedup = Dedup::after(durable.pipeline_sequence);
         self.steps = Steps::resumed(durable.open_steps);
         self.replay = Replay::after(durable.text_digests);
+        self
+    }
+
+    /// A new turn of a thread whose iac-code session is known: the same one is expected.
+    pub fn in_session(mut self, session_id: Option<&str>) -> Projection {
+        if let Some(s) = session_id {
+            self.session = Session::expecting(s);
+        }
         self
     }
 
@@ -205,7 +221,7 @@ impl Projection {
         let iac = &head.iac;
         self.session
             .check_identity(&self.ids.context_id, kind, head)?;
-        self.session.learn(iac);
+        self.session.learn(iac)?;
         if self.session.is_known() {
             self.announce(out);
         }
@@ -227,7 +243,8 @@ impl Projection {
         let message = status.map(|s| &s.message).filter(|m| m.is_present());
         if let Some(message) = message {
             self.status_message(message.obj(), iac.final_complete, out);
-        } else if kind == ItemKind::Task && !self.spans.sent_text() {
+        } else if kind == ItemKind::Task && self.spans.contents() == self.snapshot_contents {
+            // Only snapshots have given text so far: the stream has not taken over.
             self.history_text(head.history, out);
         }
         let waits = open_waits(&iac.rare, &self.answered)?;
@@ -249,9 +266,17 @@ impl Projection {
             out.push("ACTIVITY_SNAPSHOT", fields);
         }
         if let Some(envelopes) = state.get("events").and_then(Value::as_array) {
+            self.dedup.recovering = true;
             for envelope in envelopes {
                 self.on_pipeline(envelope, out);
             }
+            self.dedup.recovering = false;
+        }
+        let last = state
+            .pointer("/snapshot/lastSequence")
+            .and_then(Value::as_f64);
+        if let Some(last) = last {
+            self.dedup.covered(last as u64);
         }
     }
 
@@ -372,7 +397,9 @@ impl Projection {
         self.reply_text(id, text, out);
     }
 
-    /// A task snapshot with no streamed text yet: its trailing agent messages are the answer.
+    /// A task snapshot with no streamed text yet: its trailing agent messages are the answer,
+    /// joined per message id (the kernel streams a reply as many status messages of one id, which
+    /// the task's history keeps one by one), minus what an earlier snapshot of this run took.
     fn history_text(&mut self, history: Option<&serde_json::value::RawValue>, out: &mut Out) {
         let history: Option<Value> = history.and_then(|h| serde_json::from_str(h.get()).ok());
         let Some(history) = history.as_ref().and_then(Value::as_array) else {
@@ -383,16 +410,35 @@ impl Projection {
             .rev()
             .take_while(|m| m.get("role").and_then(Value::as_str) != Some("ROLE_USER"))
             .collect();
+        let mut whole: Vec<(String, String)> = Vec::new();
         for m in trailing.into_iter().rev() {
             let text = message_text(m);
-            if !text.is_empty() {
-                let id = m
-                    .get("messageId")
-                    .and_then(Value::as_str)
-                    .unwrap_or("history");
-                self.announce(out);
-                self.reply_text(id, &text, out);
+            if text.is_empty() {
+                continue;
             }
+            let id = m
+                .get("messageId")
+                .and_then(Value::as_str)
+                .unwrap_or("history");
+            match whole.iter_mut().find(|(known, _)| known == id) {
+                Some((_, joined)) => joined.push_str(&text),
+                None => whole.push((id.to_string(), text)),
+            }
+        }
+        for (id, text) in whole {
+            let taken = self.snapshot_taken.entry(id.clone()).or_default();
+            // A history cut short (`historyLength`) may no longer start with what was taken.
+            let Some(gained) = text.strip_prefix(taken.as_str()).map(str::to_string) else {
+                continue;
+            };
+            *taken = text;
+            if gained.is_empty() {
+                continue;
+            }
+            self.announce(out);
+            let before = self.spans.contents();
+            self.reply_text(&id, &gained, out);
+            self.snapshot_contents += self.spans.contents() - before;
         }
     }
 

@@ -99,6 +99,10 @@ pub(super) struct Dedup {
     /// The highest sequence projected (`Durable::pipeline_sequence`).
     sequence: u64,
     seen_ids: HashSet<String>,
+    /// Projecting `/iac-code/pipeline/state` events: they are admitted by event id alone (the
+    /// reference's `map_pipeline_recovery`), since events of the gap being recovered can sit
+    /// below sequences this run already saw live.
+    pub(super) recovering: bool,
 }
 
 impl Dedup {
@@ -107,6 +111,7 @@ impl Dedup {
         Dedup {
             sequence,
             seen_ids: HashSet::new(),
+            recovering: false,
         }
     }
 
@@ -115,26 +120,33 @@ impl Dedup {
         self.sequence
     }
 
+    /// A recovery snapshot covers the pipeline up to its `lastSequence`: the cursor moves there
+    /// even when no listed event reached it (the reference's `map_pipeline_recovery`).
+    pub(super) fn covered(&mut self, last_sequence: u64) {
+        self.sequence = self.sequence.max(last_sequence);
+    }
+
     /// Whether the envelope is new; a new one advances the sequence.
     fn admit(&mut self, event_type: &str, envelope: &Value) -> bool {
         let sequence = envelope
             .get("sequence")
             .and_then(Value::as_f64)
             .map(|s| s as u64);
+        let id = envelope.get("eventId").and_then(Value::as_str);
         if let Some(seq) = sequence {
-            if seq <= self.sequence {
+            if seq <= self.sequence && !(self.recovering && id.is_some()) {
                 log::debug!("pipeline event {event_type} seq {seq} replayed; skipped");
                 return false;
             }
         }
-        if let Some(id) = envelope.get("eventId").and_then(Value::as_str) {
+        if let Some(id) = id {
             if !self.seen_ids.insert(id.to_string()) {
                 log::debug!("pipeline event {id} replayed; skipped");
                 return false;
             }
         }
         if let Some(seq) = sequence {
-            self.sequence = seq;
+            self.sequence = self.sequence.max(seq);
         }
         true
     }

@@ -63,8 +63,20 @@ impl Session {
         }
     }
 
-    /// Takes the iac-code session id from `metadata.iac_code`, wherever this item carries it.
-    pub(super) fn learn(&mut self, view: &Iac) {
+    /// A new turn of a thread that has a session: the kernel keeps one session per context, so
+    /// any other is a broken mapping.
+    pub(super) fn expecting(session_id: &str) -> Session {
+        Session {
+            session_id: Some(session_id.to_string()),
+            ..Session::default()
+        }
+    }
+
+    /// Takes the iac-code session id from `metadata.iac_code`, wherever this item carries it; a
+    /// different one than the thread's is `A2A_PROTOCOL_ERROR` (the spec's code for a
+    /// task/context/session that no longer matches its mapping; the reference's
+    /// `_remember_session_id`).
+    pub(super) fn learn(&mut self, view: &Iac) -> Result<(), Error> {
         let iac = &view.rare;
         let direct = view.session_id.is_present().then(|| view.session_id.get());
         let found = direct
@@ -80,10 +92,13 @@ impl Session {
                     .iter()
                     .find_map(|e| e.get(incoming::SESSION_ID)?.as_str())
             });
-        if let Some(s) = found {
-            if self.session_id.as_deref() != Some(s) {
+        match (found, self.session_id.as_deref()) {
+            (Some(s), Some(known)) if s != known => Err(Msg::SessionChanged.err()),
+            (Some(s), None) => {
                 self.session_id = Some(s.to_string());
+                Ok(())
             }
+            _ => Ok(()),
         }
     }
 

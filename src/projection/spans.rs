@@ -12,14 +12,19 @@ pub(super) struct Spans {
     reply: Option<String>,
     /// Open pipeline messages: parallel sub-pipelines stream at once, so several stay open.
     pipeline: Vec<String>,
-    /// Whether any text content went out in this run.
-    sent_text: bool,
+    /// How many text contents went out in this run.
+    contents: usize,
 }
 
 impl Spans {
     /// Whether any text content went out: a final repeat or a task's history then adds nothing.
     pub(super) fn sent_text(&self) -> bool {
-        self.sent_text
+        self.contents > 0
+    }
+
+    /// How many text contents went out in this run.
+    pub(super) fn contents(&self) -> usize {
+        self.contents
     }
 
     /// The open reply message, the parent of a tool call that starts now.
@@ -92,7 +97,7 @@ impl Spans {
 
     /// One `TEXT_MESSAGE_CONTENT` in the message `id`, which is open.
     fn content(&mut self, id: &str, text: &str, out: &mut Out) {
-        self.sent_text = true;
+        self.contents += 1;
         out.delta(Delta::Text, id, text);
     }
 }

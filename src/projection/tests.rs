@@ -322,3 +322,67 @@ fn an_input_wait_in_a_working_update_is_an_interrupt_unless_already_answered() {
         "a replayed answered wait"
     );
 }
+
+#[test]
+fn recovered_pipeline_events_below_the_live_sequence_are_projected_once() {
+    // Real kernel, sideband permission: events emitted between the unary answer and
+    // SubscribeToTask (here seq 2) are missed live while later ones (seq 3) arrive; the
+    // recovery from `/iac-code/pipeline/state` brings seq 2 (and seq 3 again).
+    let mut p = proj();
+    let mut out = vec![];
+    p.on_item(&pipe("pipeline_started", 1, json!({})), &mut out)
+        .unwrap();
+    p.on_item(&pipe("candidate_completed", 3, json!({})), &mut out)
+        .unwrap();
+    let envelope = |seq: u64, t: &str| json!({"eventType": t, "eventId": format!("ev-{seq}"), "sequence": seq, "pipelineRunId": "pr"});
+    let state = json!({"snapshot": {"pipelineRunId": "pr", "lastSequence": 3},
+                       "events": [envelope(2, "candidate_completed"), envelope(3, "candidate_completed")]});
+    p.recover_pipeline(&state, &mut out);
+    let sequences: Vec<_> = out
+        .iter()
+        .filter(|e| e["type"] == "CUSTOM" && e["name"] == "iac-code.pipeline.v1")
+        .map(|e| e["value"]["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sequences, vec![1, 3, 2], "seq 2 recovered, seq 3 not twice");
+    assert_eq!(p.durable().pipeline_sequence, 3);
+    // Live again: a replay below the sequence stays dropped outside recovery.
+    let before = out.len();
+    p.on_item(&pipe("candidate_completed", 2, json!({})), &mut out)
+        .unwrap();
+    assert_eq!(out.len(), before);
+}
+
+#[test]
+fn a_message_seen_in_two_task_snapshots_of_one_run_is_sent_once_and_only_what_it_gained() {
+    // A side answer's follow-up: `GetTask`, then `SubscribeToTask`'s first item, each a task
+    // whose history repeats the reply an earlier run streamed (one message id, in chunks).
+    let earlier = "Two need approval. ";
+    let durable = Durable {
+        text_digests: [crate::ids::sha256_hex(earlier.as_bytes())].into(),
+        ..Durable::default()
+    };
+    let mut p = proj().resuming("task", Some("s"), durable);
+    let mut out = vec![];
+    let agent = |t: &str| json!({"messageId": "task-message", "role": "ROLE_AGENT", "parts": [{"text": t}]});
+    let snapshot = |history: Vec<Value>| {
+        json!({"task": {"id": "task", "contextId": "ctx",
+        "status": {"state": "TASK_STATE_WORKING"}, "history": history}})
+    };
+    let user = json!({"messageId": "u", "role": "ROLE_USER", "parts": [{"text": "go"}]});
+    let first = snapshot(vec![user.clone(), agent("Two need "), agent("approval. ")]);
+    p.on_item(&first, &mut out).unwrap();
+    let second = snapshot(vec![
+        user,
+        agent("Two need "),
+        agent("approval. "),
+        agent("Both approved."),
+    ]);
+    p.on_item(&second, &mut out).unwrap();
+    p.on_item(&second, &mut out).unwrap();
+    let sent: String = out
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(sent, "Both approved.");
+}

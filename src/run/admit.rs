@@ -40,6 +40,8 @@ pub(crate) struct Admitted {
 /// Checks a request against its thread and marks the thread busy.
 pub(crate) fn admit(app: &Arc<App>, input: RunInput, lang: Lang) -> Result<Admitted, Error> {
     let thread_id = input.thread_id.clone();
+    // Before the slot's lock: a left client's close hook takes that lock to free the thread.
+    app.runs.client_left(&thread_id);
     let slot = app.store.slot(&thread_id);
     let admitted = admit_locked(app, &slot, input, lang);
     if admitted.is_err() {
@@ -59,7 +61,10 @@ fn admit_locked(
     if app.runs.stopping() {
         return Err(shutting_down());
     }
-    if guard.active.is_some() {
+    if let Some(active) = &guard.active {
+        if app.feeds.detached(&active.execution_id) {
+            return Err(Msg::ThreadDetached.err());
+        }
         return Err(Msg::ThreadBusy.err());
     }
     let mut doc = match app.store.load(&input.thread_id)? {
@@ -91,11 +96,7 @@ fn admit_locked(
         doc,
         active,
         mode,
-        guard: ActiveGuard {
-            app: app.clone(),
-            slot: Some(slot.clone()),
-            thread_id: input.thread_id.clone(),
-        },
+        guard: ActiveGuard::new(app.clone(), slot.clone(), input.thread_id.clone()),
         input,
     })
 }
@@ -196,26 +197,101 @@ fn expire_pending(app: &App, doc: &mut ThreadDoc) -> bool {
 }
 
 /// Clears the thread's active run when the run ends, however it ends.
-pub(super) struct ActiveGuard {
+pub(super) struct ActiveGuard(SlotHandle);
+
+/// The run's hold on its thread, shared with whoever may free the thread before the run thread
+/// ends: a client that left (its cancelled task may take seconds to wind down upstream, and the
+/// thread's next turn must not wait for that), a detach grace that ran out.
+#[derive(Clone)]
+pub(super) struct SlotHandle(Arc<Hold>);
+
+struct Hold {
     app: Arc<App>,
-    slot: Option<Arc<Mutex<Slot>>>,
+    /// `None` once the thread was freed: from then on the run writes nothing to the thread's
+    /// document (its next turn owns it, and repairs this execution first).
+    slot: Mutex<Option<Arc<Mutex<Slot>>>>,
     thread_id: String,
 }
 
 impl ActiveGuard {
+    fn new(app: Arc<App>, slot: Arc<Mutex<Slot>>, thread_id: String) -> ActiveGuard {
+        ActiveGuard(SlotHandle(Arc::new(Hold {
+            app,
+            slot: Mutex::new(Some(slot)),
+            thread_id,
+        })))
+    }
+
+    pub(super) fn handle(&self) -> SlotHandle {
+        self.0.clone()
+    }
+
     /// Makes `active` the thread's active run (the slot stays busy).
     pub(super) fn replace(&self, active: Arc<ActiveRun>) {
-        if let Some(slot) = &self.slot {
+        if let Some(slot) = &*self.0 .0.slot.lock() {
             slot.lock().active = Some(active);
         }
     }
 
     /// Frees the thread for its next run (idempotent).
     pub(super) fn release(&mut self) {
-        if let Some(slot) = self.slot.take() {
+        self.0.release();
+    }
+
+    /// Saves the run's document, unless the thread was freed meanwhile (under the thread's
+    /// mutex, so a save never lands after the next turn's admission read the document).
+    pub(super) fn save(&self, doc: &ThreadDoc) -> Result<(), Error> {
+        let hold = self.0 .0.slot.lock();
+        let Some(slot) = &*hold else {
+            log::debug!(
+                "thread {} was freed; the run's state is not saved",
+                doc.thread_id
+            );
+            return Ok(());
+        };
+        let _slot = slot.lock();
+        self.0 .0.app.store.save(doc)
+    }
+}
+
+impl ActiveGuard {
+    /// A run whose thread was freed before it ended (its client left) records its end after
+    /// all, unless the thread took another run meanwhile (that run's repair closes it then).
+    pub(super) fn close_if_freed(&self, execution_id: &str) {
+        if self.0 .0.slot.lock().is_some() {
+            return;
+        }
+        let Hold { app, thread_id, .. } = &*self.0 .0;
+        let slot = app.store.slot(thread_id);
+        let guard = slot.lock();
+        if guard.active.is_none() {
+            if let Ok(Some(mut doc)) = app.store.load(thread_id) {
+                let ours = doc
+                    .execution
+                    .as_ref()
+                    .is_some_and(|e| e.execution_id == execution_id);
+                if ours && !doc.is_terminal(execution_id) {
+                    doc.mark_terminal();
+                    if let Err(e) = app.store.save(&doc) {
+                        log::error!("cannot record the end of execution {execution_id}: {e}");
+                    }
+                }
+            }
+        }
+        drop(guard);
+        drop(slot);
+        app.store.release(thread_id);
+    }
+}
+
+impl SlotHandle {
+    /// Frees the thread (idempotent).
+    pub(super) fn release(&self) {
+        let slot = self.0.slot.lock().take();
+        if let Some(slot) = slot {
             slot.lock().active = None;
             drop(slot);
-            self.app.store.release(&self.thread_id);
+            self.0.app.store.release(&self.0.thread_id);
         }
     }
 }

@@ -23,6 +23,7 @@ pub use shutdown::shutdown;
 use crate::a2a::{self, A2aStream, Turn};
 use crate::app::{App, LiveRun};
 use crate::error::{Code, Error, Lang, Msg};
+use crate::feed::Feed;
 use crate::ids;
 use crate::input::{RunInput, UserMessage};
 use crate::interrupts;
@@ -41,6 +42,12 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     let ids = run_ids(&admitted);
     crate::logctx::set_execution(&ids.execution_id);
     let lang = admitted.lang;
+    stream.set_tag(&ids.execution_id);
+    let feed = app.feeds.open(&ids.execution_id);
+    feed.watch();
+    if let Mode::NewTurn(m) | Mode::RepairThenNewTurn { message: m, .. } = &admitted.mode {
+        feed.set_user(user_message_json(m));
+    }
     let live = Arc::new(LiveRun {
         stream: stream.clone(),
         active: Mutex::new(admitted.active.clone()),
@@ -49,12 +56,23 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     });
     app.runs.register(&live);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let (run, mode) = Run::new(app, admitted, stream.clone(), live.clone());
+        let (run, mode) = Run::new(app, admitted, stream.clone(), live.clone(), feed.clone());
         run.drive(mode);
     }));
     if outcome.is_err() {
-        end_after_panic(ids, lang, stream);
+        end_after_panic(ids.clone(), lang, stream, &feed);
     }
+    app.feeds.ended(&ids.execution_id, &feed);
+}
+
+/// The user's message as a join's snapshot shows it (its text parts).
+fn user_message_json(m: &UserMessage) -> Value {
+    let text: String = m
+        .parts
+        .iter()
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+        .collect();
+    serde_json::json!({"id": m.id, "role": "user", "content": text})
 }
 
 fn run_ids(admitted: &Admitted) -> RunIds {
@@ -73,12 +91,12 @@ fn run_ids(admitted: &Admitted) -> RunIds {
 }
 
 /// The span state went with the panic: a fresh projection closes nothing and reports it.
-fn end_after_panic(ids: RunIds, lang: Lang, stream: &SseStream) {
+fn end_after_panic(ids: RunIds, lang: Lang, stream: &SseStream, feed: &Feed) {
     log::error!("run {} panicked; ending it with RUN_ERROR", ids.run_id);
     let e = Msg::ProjectionFailed.err();
     let mut out = Vec::new();
     Projection::new(ids, lang).finish(&End::Failed(e), &mut out);
-    stream.send(&out);
+    stream.send_frames(&feed.push(&out), out.len());
     stream.finish();
 }
 
@@ -106,6 +124,8 @@ struct Run<'a> {
     lang_tag: String,
     live: Arc<LiveRun>,
     guard: ActiveGuard,
+    /// This run's replay buffer: every event goes through it, numbered, before its client.
+    feed: Arc<Feed>,
 }
 
 impl<'a> Run<'a> {
@@ -114,8 +134,10 @@ impl<'a> Run<'a> {
         a: Admitted,
         stream: Arc<SseStream>,
         live: Arc<LiveRun>,
+        feed: Arc<Feed>,
     ) -> (Run<'a>, Mode) {
-        let mut proj = Projection::new(live.ids.clone(), a.lang);
+        let mut proj = Projection::new(live.ids.clone(), a.lang)
+            .in_session(a.doc.iac_code_session_id.as_deref());
         if let (Mode::Resume(_), Some(exec)) = (&a.mode, &a.doc.execution) {
             if let Some(task) = &exec.task_id {
                 let durable = Durable {
@@ -140,6 +162,7 @@ impl<'a> Run<'a> {
             lang_tag,
             live,
             guard: a.guard,
+            feed,
         };
         (run, a.mode)
     }
@@ -169,6 +192,7 @@ impl<'a> Run<'a> {
         };
         self.stream.clear_on_close();
         let end = self.settle(end);
+        self.guard.close_if_freed(&self.active.execution_id);
         crate::metrics::run_ended(&end);
         match end.code() {
             Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
@@ -429,11 +453,13 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Writes the projected events; `false` once the client is gone.
+    /// Writes the projected events (replay buffer, then client); `false` once the client is gone
+    /// and the run should stop (always `true` with a detach grace: the grace decides).
     fn flush(&mut self) -> bool {
-        let ok = self.stream.send(&self.out);
+        let body = self.feed.push(&self.out);
+        let ok = self.stream.send_frames(&body, self.out.len());
         self.out.clear();
-        ok
+        ok || !self.app.config.detach_grace.is_zero()
     }
 
     fn execution(&mut self) -> &mut Execution {
@@ -444,7 +470,7 @@ impl<'a> Run<'a> {
     }
 
     fn save(&self) -> Result<(), Error> {
-        self.app.store.save(&self.doc)
+        self.guard.save(&self.doc)
     }
 
     /// Cancels the A2A task once, whoever asks first (a disconnect, an error, the cancel extension).
@@ -452,15 +478,40 @@ impl<'a> Run<'a> {
         cancel_once(&self.app.a2a, &self.active);
     }
 
-    /// From now on a vanished client cancels the task (the run is executing upstream). Before the
-    /// task id is known the run is flagged, so it cancels the task the moment the id arrives.
+    /// From now on a vanished client cancels the task (the run is executing upstream): at once,
+    /// or, with a detach grace, when the grace runs out with nobody re-attached. Before the task
+    /// id is known the run is flagged, so it cancels the task the moment the id arrives.
     fn cancel_on_disconnect(&self) {
+        let stop = self.stopper();
+        let expire = stop.clone();
+        self.feed.on_expire(Box::new(move || expire()));
+        let feed = self.feed.clone();
+        let grace = !self.app.config.detach_grace.is_zero();
+        self.stream.on_close(Box::new(move || {
+            if grace {
+                feed.unwatch();
+            } else {
+                stop();
+            }
+        }));
+    }
+
+    /// Cancels the run's task for a client that is gone, and frees the thread at once when the
+    /// task is known: the kernel may take seconds to wind a cancelled task down, and the thread's
+    /// next turn waits for that itself (bounded, `repair.rs`), so it is neither refused as
+    /// `THREAD_BUSY` nor sent while the old task still runs. From then on this run saves nothing.
+    fn stopper(&self) -> Arc<dyn Fn() + Send + Sync> {
         let a2a = self.app.a2a.clone();
         let active = self.active.clone();
-        self.stream.on_close(Box::new(move || {
+        let slot = self.guard.handle();
+        Arc::new(move || {
             active.cancelled.store(true, Ordering::SeqCst);
+            if active.task_id.lock().is_some() {
+                slot.release();
+            }
+            let (a2a, active) = (a2a.clone(), active.clone());
             std::thread::spawn(move || cancel_once(&a2a, &active));
-        }));
+        })
     }
 }
 

@@ -8,8 +8,9 @@ use crate::store::{ActiveRun, Execution};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// How long the repair of an unfinished execution may wait for its task to stop.
-const REPAIR_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the repair of an unfinished execution may wait for its task to stop (a client that
+/// left frees its thread at once; the real kernel takes up to ~15 s to wind its task down).
+const REPAIR_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Run<'_> {
     /// Stops and closes the thread's unfinished execution, then installs `next` and makes it the

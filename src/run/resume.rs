@@ -12,7 +12,7 @@
 
 use super::{lost, Run, Write};
 use crate::a2a::{self, A2aStream, Rpc, RunMode, Turn};
-use crate::error::{Error, Msg};
+use crate::error::{Code, Error, Msg};
 use crate::ids;
 use crate::input::ResumeEntry;
 use crate::interrupts::{self, Answer};
@@ -50,6 +50,13 @@ impl Run<'_> {
             .collect();
         self.proj.answered(applied);
         match self.prepare_answers(entries) {
+            // Every answer was taken by the kernel already (an adapter killed before it heard
+            // back): the task runs on; follow it.
+            Continue((task_id, answers)) if answers.is_empty() => {
+                let since = self.proj.durable().pipeline_sequence;
+                self.cancel_on_disconnect();
+                self.follow(&task_id, since)
+            }
             Continue((task_id, answers)) => self.send_answers(&task_id, answers),
             Break(end) => end,
         }
@@ -64,11 +71,13 @@ impl Run<'_> {
         let task_id = self.restore_session()?;
         let task = self.check_identity(&task_id)?;
         let fresh = self.unannounced_inputs(&task);
-        self.recover_pipeline(&task_id)?;
+        let since = self.execution().pipeline_sequence;
+        self.recover_pipeline(&task_id, since)?;
         if !fresh.is_empty() {
             return Break(self.interrupt(fresh));
         }
         let answers = self.validate_answers(entries)?;
+        let answers = self.skip_taken(&task, answers)?;
         if answers.iter().any(|a| a.answer == Answer::CancelExecution) {
             self.cancel_upstream();
             return Break(self.terminal(End::Failed(Msg::CancelledByResponse.err())));
@@ -128,6 +137,15 @@ impl Run<'_> {
         if !same_task || !same_context {
             return Break(End::Failed(Msg::IdentityChanged.err()));
         }
+        let session = task
+            .pointer(crate::a2a::incoming::POINTER)
+            .and_then(|iac| iac.get(crate::a2a::incoming::SESSION_ID))
+            .and_then(Value::as_str);
+        if let (Some(s), Some(known)) = (session, self.doc.iac_code_session_id.as_deref()) {
+            if s != known {
+                return Break(End::Failed(Msg::SessionChanged.err()));
+            }
+        }
         let state = normalize_state(
             task.pointer("/status/state")
                 .and_then(Value::as_str)
@@ -163,9 +181,8 @@ impl Run<'_> {
             .collect()
     }
 
-    /// Pipeline events this client missed, written before anything else happens.
-    fn recover_pipeline(&mut self, task_id: &str) -> ControlFlow<End> {
-        let since = self.execution().pipeline_sequence;
+    /// Pipeline events this client missed since `since`, written before anything else happens.
+    fn recover_pipeline(&mut self, task_id: &str, since: u64) -> ControlFlow<End> {
         match self.app.a2a.pipeline_state(task_id, since) {
             Ok(Some(state)) => {
                 self.proj.recover_pipeline(&state, &mut self.out);
@@ -177,6 +194,30 @@ impl Run<'_> {
             Err(e) => log::warn!("pipeline recovery failed: {e}"),
         }
         Continue(())
+    }
+
+    /// Answers the kernel took already, though this adapter never heard back (killed between
+    /// sending an answer and clearing its pending input): the task's history holds the answer's
+    /// message (the A2A SDK keeps every message a task took, `TaskManager.update_with_message`),
+    /// named `agui-resume-…-<interruptId>`. They are recorded as applied, never sent again.
+    fn skip_taken(
+        &mut self,
+        task: &Value,
+        answers: Vec<Answered>,
+    ) -> ControlFlow<End, Vec<Answered>> {
+        let mut rest = Vec::with_capacity(answers.len());
+        for answered in answers {
+            if !answer_in_history(task, &answered.entry.interrupt_id) {
+                rest.push(answered);
+                continue;
+            }
+            log::info!(
+                "the kernel took the answer to {} already; not sent again",
+                answered.entry.interrupt_id
+            );
+            self.record_applied(&answered.entry)?;
+        }
+        Continue(rest)
     }
 
     /// Every pending interrupt answered exactly once, each answer valid for its interrupt.
@@ -191,13 +232,16 @@ impl Run<'_> {
                 return Break(End::Failed(repeated_interrupt_id()));
             }
             let Some(pending) = self.execution().pending.get(&entry.interrupt_id).cloned() else {
-                return Break(End::Failed(
-                    if was_applied(&self.doc, &execution_id, &entry.interrupt_id) {
-                        already_applied()
-                    } else {
-                        unknown_interrupt()
-                    },
-                ));
+                // A retry after a partial failure repeats the answers already taken: the same
+                // answer is applied already and the rest goes on; another one is a conflict.
+                match applied_digest(&self.doc, &execution_id, &entry.interrupt_id) {
+                    Some(d) if d == ids::json_digest(&entry.canonical()) => {
+                        log::info!("answer to {} applied already; skipped", entry.interrupt_id);
+                        continue;
+                    }
+                    Some(_) => return Break(End::Failed(already_applied())),
+                    None => return Break(End::Failed(unknown_interrupt())),
+                }
             };
             match interrupts::answer(&pending.value, entry.cancelled, entry.payload.as_ref()) {
                 Ok(answer) => answers.push(Answered {
@@ -218,28 +262,27 @@ impl Run<'_> {
     /// The answers, in the order given; the stream of the last one is read to the task's next
     /// end. Side waits only: each with a unary `SendMessage`, then the task followed.
     fn send_answers(&mut self, task_id: &str, answers: Vec<Answered>) -> End {
+        // The recovery cursor of the follow-up: where this run stood before the kernel went on
+        // (the reference's `recovery_after`). Events of the send/subscribe gap sit above it even
+        // when the subscription then shows later ones first.
+        let since = self.proj.durable().pipeline_sequence;
         if answers.iter().all(|a| a.sideband && a.is_permission()) {
-            return self.send_side_answers(task_id, answers);
+            return self.send_side_answers(task_id, answers, since);
         }
         let last = answers.len() - 1;
         for (i, answered) in answers.into_iter().enumerate() {
-            let Answer::Message {
-                parts,
-                extra_metadata,
-            } = &answered.answer
-            else {
-                continue;
-            };
             let message_id = format!(
                 "agui-resume-{}-{}",
                 self.input.run_id, answered.entry.interrupt_id
             );
-            let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
+            let Some(message) = self.answer_message(&answered, &message_id, task_id) else {
+                continue;
+            };
             let (mut upstream, first) = match self.send_answer(&answered, &message) {
                 Continue(accepted) => accepted,
                 Break(end) => return end,
             };
-            self.resolve_tool(&answered, parts);
+            self.resolve_tool(&answered);
             if let Some(end) = self.project(&first, Write::Now) {
                 return self.conclude(end);
             }
@@ -248,7 +291,7 @@ impl Run<'_> {
                     Some(end) => self.conclude(end),
                     // The answer's stream stopped short of an end (a pipeline runs on, the
                     // kernel sent only its acknowledgement): follow the task.
-                    None => self.follow(task_id),
+                    None => self.follow(task_id, since),
                 };
             }
         }
@@ -258,22 +301,21 @@ impl Run<'_> {
     /// Side waits (the reference's `_send_pipeline_permission_responses`): each answer a unary
     /// `SendMessage` with the permission data part (message id `agui-resume-<interruptId>`,
     /// the same on a retry), applied once the kernel answers it; then the task is followed.
-    fn send_side_answers(&mut self, task_id: &str, answers: Vec<Answered>) -> End {
+    fn send_side_answers(&mut self, task_id: &str, answers: Vec<Answered>, since: u64) -> End {
         for answered in answers {
-            let Answer::Message {
-                parts,
-                extra_metadata,
-            } = &answered.answer
-            else {
+            let message_id = format!("agui-resume-{}", answered.entry.interrupt_id);
+            let Some(message) = self.answer_message(&answered, &message_id, task_id) else {
                 continue;
             };
-            let message_id = format!("agui-resume-{}", answered.entry.interrupt_id);
-            let message = self.answer_message(&message_id, parts, task_id, extra_metadata.clone());
             match self.app.a2a.send_message(&message) {
                 Ok(Rpc::Result(_)) => {}
-                Ok(Rpc::Error { message, .. }) => {
+                Ok(Rpc::Error {
+                    message,
+                    kernel_code,
+                    ..
+                }) => {
                     log::warn!("the A2A service refused the answer: {message}");
-                    return End::Failed(Msg::AnswerRefused.err());
+                    return End::Failed(refusal(kernel_code.as_deref()));
                 }
                 Err(e) => return End::Failed(e),
             }
@@ -282,14 +324,14 @@ impl Run<'_> {
             }
         }
         self.cancel_on_disconnect();
-        self.follow(task_id)
+        self.follow(task_id, since)
     }
 
     /// Follows a task that runs on (the reference's `_stream_after_sideband`): `GetTask` first
     /// (closing the send/subscribe race), then `SubscribeToTask`, then one more `GetTask` when
     /// the subscription stops short of an end; the pipeline events missed meanwhile are
     /// recovered before the end is announced.
-    fn follow(&mut self, task_id: &str) -> End {
+    fn follow(&mut self, task_id: &str, since: u64) -> End {
         let end = match self.task_end(task_id) {
             Ok(Some(end)) => Some(end),
             Ok(None) => match self.app.a2a.subscribe_to_task(task_id) {
@@ -309,7 +351,7 @@ impl Run<'_> {
                 Err(end) => return end,
             },
         };
-        if let Break(end) = self.recover_pipeline(task_id) {
+        if let Break(end) = self.recover_pipeline(task_id, since) {
             return end;
         }
         self.conclude(end)
@@ -351,7 +393,10 @@ impl Run<'_> {
 
     /// The answered question's tool call gets the answer text as its result, once the kernel
     /// accepted it (the reference, `iac_code/agui/adapter.py`: `resolved_tools`).
-    fn resolve_tool(&mut self, answered: &Answered, parts: &[Value]) {
+    fn resolve_tool(&mut self, answered: &Answered) {
+        let Answer::Message { parts, .. } = &answered.answer else {
+            return;
+        };
         if answered.is_permission() {
             return;
         }
@@ -365,14 +410,22 @@ impl Run<'_> {
         }
     }
 
-    /// An answer to the execution's task, in the mode the execution started in.
+    /// The message carrying `answered` to the execution's task, in the mode the execution
+    /// started in; none for an answer that cancels the execution instead.
     fn answer_message(
         &self,
+        answered: &Answered,
         message_id: &str,
-        parts: &[Value],
         task_id: &str,
-        extra: Option<Value>,
-    ) -> Value {
+    ) -> Option<Value> {
+        let Answer::Message {
+            parts,
+            extra_metadata,
+        } = &answered.answer
+        else {
+            return None;
+        };
+        let extra = extra_metadata.clone();
         let options = self.turn_options();
         let exec = self
             .doc
@@ -398,7 +451,9 @@ impl Run<'_> {
             },
         };
         let context = &self.doc.context_id;
-        a2a::user_message(message_id, parts, context, &options, turn)
+        Some(a2a::user_message(
+            message_id, parts, context, &options, turn,
+        ))
     }
 
     /// Sends one answer and waits for the kernel's first item, which means it was accepted: from
@@ -410,12 +465,12 @@ impl Run<'_> {
     ) -> ControlFlow<End, (A2aStream, Value)> {
         let mut upstream = match self.app.a2a.send_streaming(message) {
             Ok(s) => s,
-            Err(e) => return Break(End::Failed(e)),
+            Err(e) => return Break(End::Failed(refused(e))),
         };
         let first = match upstream.next_result() {
             Ok(Some(item)) => item,
             Ok(None) => return Break(End::Failed(Msg::AnswerRefused.err())),
-            Err(e) => return Break(End::Failed(e)),
+            Err(e) => return Break(End::Failed(refused(e))),
         };
         self.record_applied(&answered.entry)?;
         self.cancel_on_disconnect();
@@ -439,6 +494,52 @@ impl Run<'_> {
         }
         Continue(())
     }
+}
+
+/// A refused answer: the kernel's own `SESSION_BACKUP_NOT_READY` (retry shortly), else the
+/// service did not take it (`A2A_UNAVAILABLE`, the answer stays pending).
+fn refusal(kernel_code: Option<&str>) -> Error {
+    if kernel_code == Some(a2a::SESSION_BACKUP_NOT_READY) {
+        Msg::SessionBackupNotReady.err()
+    } else {
+        Msg::AnswerRefused.err()
+    }
+}
+
+/// A JSON-RPC error instead of the answer's first item: the kernel refused the answer, which is
+/// still pending (the reference's `_raise_for_a2a_error`: `A2A_UNAVAILABLE`), not a failed task.
+fn refused(e: Error) -> Error {
+    if e.code == Code::A2aExecutionFailed {
+        log::warn!("the A2A service refused the answer: {e}");
+        Msg::AnswerRefused.err()
+    } else {
+        e
+    }
+}
+
+/// Whether the task's history holds a user message of ours answering `interrupt_id` (message
+/// ids `agui-resume-<runId>-<interruptId>` or `agui-resume-<interruptId>`).
+fn answer_in_history(task: &Value, interrupt_id: &str) -> bool {
+    let suffix = format!("-{interrupt_id}");
+    task.get("history")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("ROLE_USER"))
+        .filter_map(|m| m.get("messageId").and_then(Value::as_str))
+        .any(|id| id.starts_with("agui-resume-") && id.ends_with(&suffix))
+}
+
+/// The digest of the answer applied to `interrupt_id` in the execution, if one was.
+fn applied_digest<'d>(
+    doc: &'d ThreadDoc,
+    execution_id: &str,
+    interrupt_id: &str,
+) -> Option<&'d str> {
+    doc.applied_resume_digests
+        .iter()
+        .find(|d| d.execution_id == execution_id && d.interrupt_id == interrupt_id)
+        .map(|d| d.digest.as_str())
 }
 
 fn was_applied(doc: &ThreadDoc, execution_id: &str, interrupt_id: &str) -> bool {

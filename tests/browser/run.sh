@@ -95,7 +95,7 @@ ADAPTER_PORT="$(free_port)"
 start_adapter "$ADAPTER_PORT" "$WORK/state" "$WORK/adapter.log"
 CORS_PORT="$(free_port)"
 start_adapter "$CORS_PORT" "$WORK/state-cors" "$WORK/adapter-cors.log" \
-  --cors-allow-origin "http://127.0.0.1:$NGINX_PORT"
+  --cors-allow-origin "http://127.0.0.1:$NGINX_PORT" --detach-grace 30
 
 # The shipped site config, pointed at this test's ports and files, inside a minimal nginx.conf
 # that (like Debian's default) turns gzip on for everything, text/event-stream included: the

@@ -5,6 +5,7 @@
 // One line per scenario (PASS / FAIL + reason) and a screenshot per step; exit 1 on any failure.
 import puppeteer from "puppeteer-core";
 import { randomUUID } from "node:crypto";
+import net from "node:net";
 
 const env = (k) => {
   const v = process.env[k];
@@ -244,6 +245,79 @@ async function reloadDuringApproval(browser) {
   return "the card came back after the reload and the answer was accepted";
 }
 
+const FULL_SLOW_TEXT = "Streaming the first part. Still working. Finished after the wait.";
+
+/** A TCP relay to the other-origin adapter whose connections the test can drop at once (DevTools'
+ *  offline mode fails new requests but leaves a stream already open alone). */
+async function relay() {
+  const sockets = new Set();
+  const port = Number(new URL(CORS_ADAPTER_URL).port);
+  const server = net.createServer((c) => {
+    const s = net.connect(port, "127.0.0.1");
+    for (const x of [c, s]) {
+      sockets.add(x);
+      x.on("error", () => {});
+      x.on("close", () => sockets.delete(x));
+    }
+    c.pipe(s);
+    s.pipe(c);
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    drop: () => sockets.forEach((x) => x.destroy()),
+    close: () => {
+      sockets.forEach((x) => x.destroy());
+      server.close();
+    },
+  };
+}
+
+// The other-origin adapter runs with --detach-grace 30: a run outlives its page's connection.
+async function networkDrop(browser) {
+  const r = await relay();
+  const page = await browser.newPage();
+  await page.goto(consoleUrl({ adapter: r.url }));
+  await send(page, "scenario:console-slow-drop");
+  await waitText(page, "Still working.");
+  const cdp = await page.createCDPSession();
+  await cdp.send("Network.enable");
+  const conditions = { latency: 0, downloadThroughput: -1, uploadThroughput: -1 };
+  await cdp.send("Network.emulateNetworkConditions", { ...conditions, offline: true });
+  r.drop();
+  await waitStatus(page, "reconnecting");
+  await shot(page, "offline-reconnecting");
+  await openGate("console-slow-drop"); // the run goes on meanwhile (detach grace)
+  await new Promise((r) => setTimeout(r, 500));
+  await cdp.send("Network.emulateNetworkConditions", { ...conditions, offline: false });
+  await waitText(page, "Finished after the wait.");
+  await waitStatus(page, "done");
+  const text = await assistantText(page);
+  check(text === FULL_SLOW_TEXT, `text after the drop: ${JSON.stringify(text)}`);
+  await shot(page, "back-online-run-finished");
+  await page.close();
+  r.close();
+  return "offline mid-run, back online: resumed from the cursor, the whole text once";
+}
+
+async function reloadMidRunWithGrace(browser) {
+  const page = await browser.newPage();
+  await page.goto(consoleUrl({ adapter: CORS_ADAPTER_URL }));
+  await send(page, "scenario:console-slow-graceful");
+  await waitText(page, "Still working.");
+  await page.reload();
+  await waitText(page, "Still working.");
+  await waitStatus(page, "running");
+  await openGate("console-slow-graceful");
+  await waitText(page, "Finished after the wait.");
+  await waitStatus(page, "done");
+  const text = await assistantText(page);
+  check(text === FULL_SLOW_TEXT, `text after the reload: ${JSON.stringify(text)}`);
+  await shot(page, "reloaded-mid-run-saw-it-finish");
+  await page.close();
+  return "reloaded mid-run, joined the turn so far, saw it finish";
+}
+
 async function crossOriginWithoutFlag(browser) {
   const page = await browser.newPage();
   const marker = `no-cors-${randomUUID().slice(0, 8)}`;
@@ -284,6 +358,8 @@ const SCENARIOS = [
   ["reload during an approval, then answer", reloadDuringApproval],
   ["cross-origin without --cors-allow-origin", crossOriginWithoutFlag],
   ["cross-origin with --cors-allow-origin", crossOriginWithFlag],
+  ["network drop mid-run (detach grace), reconnect with the cursor", networkDrop],
+  ["reload mid-run with a detach grace, sees the finish", reloadMidRunWithGrace],
 ];
 
 async function main() {

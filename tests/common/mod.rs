@@ -167,6 +167,30 @@ impl Adapter {
         Adapter::start_with(kernel_url, Options::default())
     }
 
+    /// `GET /extensions/iac-code/v1/threads/{thread}?{query}`: status and JSON body.
+    pub fn thread_lookup(&self, thread: &str, query: &str) -> (u16, Value) {
+        let url = format!(
+            "{}/extensions/iac-code/v1/threads/{thread}?{query}",
+            self.url
+        );
+        let resp = agent().get(url).call().unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.into_body().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// An adapter with extra command-line `args`.
+    pub fn start_args(kernel_url: &str, args: &[&str]) -> Adapter {
+        let args = args.iter().map(|s| s.to_string()).collect();
+        Adapter::start_with(
+            kernel_url,
+            Options {
+                args,
+                ..Default::default()
+            },
+        )
+    }
+
     pub fn start_with(kernel_url: &str, opts: Options) -> Adapter {
         let root = temp_dir("adapter");
         let workspace = root.join("workspace");

@@ -19,7 +19,7 @@
 
 import http from "node:http";
 import { randomUUID } from "node:crypto";
-import { HttpAgent } from "@ag-ui/client";
+import { HttpAgent, runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
 import { EventType } from "@ag-ui/core";
 import { EventSchemas } from "@ag-ui/core/schemas";
 
@@ -98,7 +98,13 @@ function onLine(st, line) {
       }
       rec.raw.push(ev);
       rec.rawTimes.push(Date.now());
+      // Every data frame carries its cursor (resumable streams), never twice in a stream.
+      rec.ids ??= new Set();
+      if (!st.id) rec.frameErrors.push(`data frame without an id: ${ev?.type}`);
+      else if (rec.ids.has(st.id)) rec.frameErrors.push(`id repeated: ${st.id}`);
+      else rec.ids.add(st.id);
     }
+    st.id = null;
     return;
   }
   if (line.startsWith(":")) {
@@ -115,6 +121,7 @@ function onLine(st, line) {
   let value = i < 0 ? "" : line.slice(i + 1);
   if (value.startsWith(" ")) value = value.slice(1);
   if (field === "data") st.data.push(value);
+  else if (field === "id") st.id = value;
   else rec.otherFields.push(field);
 }
 
@@ -165,6 +172,17 @@ function forwardedProps(rosInvocationId, extra = {}) {
   return { iacCode: { schemaVersion: 1, rosInvocationId, cwd: CWD, ...extra } };
 }
 
+/** What is recorded of one raw SSE stream: frames, their times, heartbeats and anything odd. */
+const rawRecord = () => ({
+  raw: [],
+  rawTimes: [],
+  heartbeats: 0,
+  heartbeatAfter: [],
+  comments: [],
+  otherFields: [],
+  frameErrors: [],
+});
+
 /**
  * Runs the agent once and returns a record of everything observed. `rec.problems` lists every
  * protocol problem found (empty = the run was conformant); scenario checks add to it.
@@ -173,13 +191,7 @@ async function run(agent, params, label = "") {
   const rec = {
     label,
     runId: params.runId || `run-${randomUUID()}`,
-    raw: [],
-    rawTimes: [],
-    heartbeats: 0,
-    heartbeatAfter: [],
-    comments: [],
-    otherFields: [],
-    frameErrors: [],
+    ...rawRecord(),
     warnings: [],
     consoleErrors: [],
     events: [],
@@ -567,16 +579,7 @@ async function scSilent() {
 
 /** A POST / with fetch only: the same kind of request the client sends, read as raw SSE. */
 async function rawRun(threadId, text, inv) {
-  const rec = {
-    raw: [],
-    rawTimes: [],
-    heartbeats: 0,
-    heartbeatAfter: [],
-    comments: [],
-    otherFields: [],
-    frameErrors: [],
-    problems: [],
-  };
+  const rec = { ...rawRecord(), problems: [] };
   const body = {
     threadId,
     runId: `run-${randomUUID()}`,
@@ -811,7 +814,7 @@ function startCannedServer() {
         }
         res.writeHead(200, { "Content-Type": "text/event-stream", "Cache-Control": "no-cache" });
         res.write(": heartbeat\n\n");
-        for (const ev of make(input.threadId, input.runId)) res.write(`data: ${JSON.stringify(ev)}\n\n`);
+        make(input.threadId, input.runId).forEach((ev, i) => res.write(`id: self.${i}\ndata: ${JSON.stringify(ev)}\n\n`));
         res.end();
       });
     });
@@ -926,6 +929,89 @@ async function scSelfCheck() {
   };
 }
 
+/**
+ * Re-attach without a cursor (a join) while the run streams on its own connection:
+ * `connectAgent()` runs the answer through the client's whole pipeline (verifyEvents among it),
+ * and the snapshot, the re-opened message and the live rest make the run's whole text.
+ */
+async function scJoin() {
+  const problems = [];
+  const threadId = `conf-join-${randomUUID()}`;
+  const gate = `console-slow-conf-${randomUUID().slice(0, 8)}`;
+  const inv = "inv-join-1";
+  const body = {
+    threadId, runId: `run-${randomUUID()}`, state: {}, tools: [], context: [],
+    messages: [{ id: `user-${randomUUID()}`, role: "user", content: `scenario:${gate}` }],
+    forwardedProps: forwardedProps(inv),
+  };
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), RUN_TIMEOUT_MS);
+  const resp = await fetch(BASE + "/", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+    body: JSON.stringify(body),
+    signal: controller.signal,
+  });
+  const reader = resp.body.getReader();
+  const dec = new TextDecoder();
+  let own = "";
+  while (!own.includes("Still working.")) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    own += dec.decode(value, { stream: true });
+  }
+  const ownRest = (async () => {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      own += dec.decode(value, { stream: true });
+    }
+  })().catch(() => {});
+  const look = await (await fetch(`${BASE}/extensions/iac-code/v1/threads/${threadId}?rosInvocationId=${inv}`)).json();
+  let kind = null;
+  class JoinAgent extends HttpAgent {
+    connect() {
+      const url = `${BASE}/extensions/iac-code/v1/executions/${look.executionId}/subscribe`;
+      const init = {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+        body: JSON.stringify({ threadId, runId: look.runId, rosInvocationId: inv }),
+      };
+      return transformHttpEventStream(
+        runHttpRequest(() => fetch(url, init).then((r) => ((kind = r.headers.get("X-AGUI-Resume")), r))),
+      );
+    }
+  }
+  const agent = new JoinAgent({ url: BASE + "/", threadId });
+  let failure = null;
+  let outcome = null;
+  const types = [];
+  const joined = agent.connectAgent({}, {
+    onEvent: ({ event }) => {
+      types.push(event.type);
+      if (event.type === EventType.MESSAGES_SNAPSHOT) fetch(`${process.env.FAKE_KERNEL_URL}/__control/open?gate=${gate}`, { method: "POST" });
+    },
+    onRunFailed: ({ error }) => (failure = error),
+    onRunFinishedEvent: (p) => (outcome = p.outcome),
+  });
+  try {
+    await joined;
+  } catch (e) {
+    failure = e;
+  }
+  await Promise.race([ownRest, sleep(2000)]);
+  clearTimeout(timer);
+  const text = agent.messages.filter((m) => m.role === "assistant").map((m) => m.content || "").join("");
+  const want = "Streaming the first part. Still working. Finished after the wait.";
+  if (failure) problems.push(`connectAgent failed: ${errMsg(failure)}`);
+  if (kind !== "join") problems.push(`X-AGUI-Resume: ${kind}`);
+  if (types[0] !== EventType.RUN_STARTED) problems.push(`first event ${types[0]}`);
+  if (outcome !== "success") problems.push(`outcome ${outcome}`);
+  if (text !== want) problems.push(`joined text ${JSON.stringify(text)}`);
+  if (!own.includes("Finished after the wait.")) problems.push("the run's own stream did not finish");
+  return { problems, notes: `joined mid-run: ${types.length} events (${types.slice(0, 5).join(", ")}, …), the whole text` };
+}
+
 // ---- driver --------------------------------------------------------------------------------
 
 const SCENARIOS = [
@@ -944,6 +1030,7 @@ const SCENARIOS = [
   { name: "8b pipeline flow, deploy permission cancelled", fn: scPipelineDenied, enabled: pipelineEnabled, skip: "AGUI_CONFORMANCE_PIPELINE=0" },
   { name: "9a reasoning events", fn: scReasoning },
   { name: "9b tool-call and artifact events", fn: scTools },
+  { name: "10 join mid-run with connectAgent() (no cursor)", fn: scJoin },
   { name: "self-check: broken stream is rejected", fn: scSelfCheck },
 ];
 

@@ -15,41 +15,14 @@
 //     thread continues on its own session (contexts/ unchanged).
 // Prints one line per check and exits 1 on any failure.
 
-import { createHash, randomUUID } from "node:crypto";
-import { execFileSync, spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { HttpAgent } from "@ag-ui/client";
+import { BASE, PROXY, log, check, warnings, runChecks, sleep, pairDir, pairsSh, contextId, held, startHaproxy, turn as turnWith } from "./common.mjs";
 
-const WORK = process.env.WORK;
-const ROOT = process.env.ROOT;
 const WS = process.env.CWD;
-const BASE = Number(process.env.BASE_PORT);
 const N = Number(process.env.PAIRS_THREADS || "6");
-const PROXY = `http://127.0.0.1:${BASE}`;
-const t0 = Date.now();
-let failures = 0;
-const log = (s) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s] ${s}`);
-function check(ok, what) {
-  log(`${ok ? "PASS" : "FAIL"}  ${what}`);
-  if (!ok) failures++;
-  return ok;
-}
-const warnings = [];
-console.warn = (...a) => warnings.push(a.join(" "));
-console.error = () => {};
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-const pairDir = (i) => path.join(WORK, "pairs", `pair-${i}`);
-const pairsSh = (...args) => execFileSync("bash", [path.join(ROOT, "contrib/deploy/pairs.sh"), ...args], { stdio: "pipe" }).toString().trim();
-const contextId = (thread) => "agui-" + createHash("sha256").update(thread).digest("hex").slice(0, 40);
-
-/** The thread ids pair `i` holds, from its own state dir. */
-function held(i) {
-  const dir = path.join(pairDir(i), "agui", "threads");
-  if (!fs.existsSync(dir)) return new Set();
-  return new Set(fs.readdirSync(dir).filter((f) => f.endsWith(".json")).map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), "utf8")).threadId));
-}
 
 /** The kernel's own context records (`<config>/a2a/contexts/<contextId>.json`): contextId -> file text. */
 function contexts(i) {
@@ -71,63 +44,8 @@ function tree(pid) {
   return out;
 }
 
-let haproxy = null;
-async function startHaproxy() {
-  let cfg = fs.readFileSync(path.join(ROOT, "contrib/deploy/haproxy.cfg"), "utf8");
-  const mapFile = path.join(WORK, "threads.map");
-  fs.writeFileSync(mapFile, "");
-  cfg = cfg
-    .replaceAll("/etc/haproxy/agui-threads.map", mapFile)
-    .replace("log stdout format raw local0 notice", "log stderr format raw local0 info")
-    .replace(/maxconn \d+/, "maxconn 1000")
-    .replace(/127\.0\.0\.1:413(\d\d)/g, (_, n) => `127.0.0.1:${BASE + Number(n)}`);
-  const file = path.join(WORK, "haproxy.cfg");
-  fs.writeFileSync(file, cfg);
-  const out = fs.openSync(path.join(WORK, "haproxy.log"), "a");
-  haproxy = spawn("haproxy", ["-db", "-f", file], { stdio: ["ignore", out, out] });
-  fs.writeFileSync(path.join(WORK, "haproxy.pid"), String(haproxy.pid));
-  for (let i = 0; i < 100; i++) {
-    try {
-      if ((await fetch(`${PROXY}/health`)).ok) return;
-    } catch {}
-    await sleep(50);
-  }
-  throw new Error("HAProxy did not start");
-}
-
-/** One run through @ag-ui/client: `{ok, outcome, status, code, message, types}`. */
-async function turn(agent, { text, resume } = {}) {
-  const before = agent.messages.length;
-  if (text) agent.addMessage({ id: `u-${randomUUID()}`, role: "user", content: text });
-  const r = { ok: false, types: [], outcome: null };
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), 90_000);
-  try {
-    await agent.runAgent(
-      {
-        forwardedProps: { iacCode: { schemaVersion: 1, rosInvocationId: `inv-${agent.threadId}`, cwd: WS } },
-        resume,
-        runId: `run-${randomUUID()}`,
-        abortController: controller,
-      },
-      {
-        onEvent: ({ event }) => r.types.push(event.type),
-        onRunFinishedEvent: (p) => (r.outcome = p.outcome),
-        onRunErrorEvent: ({ event }) => ((r.code = event.code), (r.message = event.message)),
-      },
-    );
-    r.ok = r.outcome !== null && !r.code;
-  } catch (e) {
-    r.status = e.status;
-    r.code = r.code || e.payload?.error?.code;
-    r.message = e.payload?.error?.message || String(e.message);
-    if (e.cause) r.cause = `${e.cause.code} ${e.cause.message}`;
-    if (e.status) agent.messages.splice(before);
-  } finally {
-    clearTimeout(timer);
-  }
-  return r;
-}
+/** One run through @ag-ui/client (a real LLM turn may take a while). */
+const turn = (agent, opts) => turnWith(agent, { cwd: WS, timeoutMs: 90_000, ...opts });
 const allow = (agent) => [{ interruptId: agent.pendingInterrupts[0].id, status: "resolved", payload: { decision: "allow_once" } }];
 const text = () => `Describe a VPC template. [[cwd=${WS}]]`;
 const write = (dir) => `Please write hello.txt in the workspace. [[cwd=${dir}]]`;
@@ -213,13 +131,4 @@ async function main() {
   check(warnings.length === 0, `@ag-ui/client printed no warning${warnings.length ? `: ${warnings[0]}` : ""}`);
 }
 
-main()
-  .catch((e) => {
-    log(`FAIL  ${e.stack || e}`);
-    failures++;
-  })
-  .finally(() => {
-    haproxy?.kill();
-    log(failures ? `${failures} check(s) failed` : "all checks passed");
-    process.exit(failures ? 1 : 0);
-  });
+runChecks(main);

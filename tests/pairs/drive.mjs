@@ -19,54 +19,25 @@
 //     new threads also land on pair 4.
 // Prints one line per check and exits 1 on any failure.
 
-import { createHash, randomUUID } from "node:crypto";
-import { execFileSync, spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { HttpAgent } from "@ag-ui/client";
+import { WORK, ROOT, BASE, PROXY, log, check, warnings, runChecks, sleep, pairsSh, contextId, held, startHaproxy as startWith, turn as turnWith } from "./common.mjs";
 
-const WORK = process.env.WORK;
-const ROOT = process.env.ROOT;
 const CWD = process.env.CWD;
-const BASE = Number(process.env.BASE_PORT);
 const N = Number(process.env.PAIRS_THREADS || "300");
 const POOL = 24;
-const PROXY = `http://127.0.0.1:${BASE}`;
 const KERNELS = process.env.A2A_URLS.split(" ");
-const t0 = Date.now();
-let failures = 0;
 
-/** The first few results for which `bad` holds, for a failure message. */
 const sample = (results, bad) => {
   const b = results.filter(bad);
   return b.length ? ` — ${b.length} bad, e.g. ${JSON.stringify(b.slice(0, 2).map(({ types, ...r }) => ({ ...r, last: types?.slice(-3) })))}` : "";
 };
-const log = (s) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s] ${s}`);
-function check(ok, what) {
-  log(`${ok ? "PASS" : "FAIL"}  ${what}`);
-  if (!ok) failures++;
-  return ok;
-}
-// The console of @ag-ui/client: warnings about the stream are failures.
-const warnings = [];
-console.warn = (...a) => warnings.push(a.join(" "));
-// It also prints every failed run (a refused request is an expected outcome here): not shown.
-console.error = () => {};
-
 // ---- the pairs, HAProxy ----------------------------------------------------------------------
 
-const pairsSh = (...args) => execFileSync("bash", [path.join(ROOT, "contrib/deploy/pairs.sh"), ...args], { stdio: "pipe" }).toString().trim();
 const kernelPid = (i) => Number(fs.readFileSync(path.join(WORK, `kernel-${i}.pid`), "utf8"));
-const contextId = (thread) => "agui-" + createHash("sha256").update(thread).digest("hex").slice(0, 40);
-
-/** The thread ids pair `i` holds, from its own state dir. */
-function held(i) {
-  const dir = path.join(WORK, "pairs", `pair-${i}`, "agui", "threads");
-  if (!fs.existsSync(dir)) return new Set();
-  return new Set(
-    fs.readdirSync(dir).filter((f) => f.endsWith(".json")).map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), "utf8")).threadId),
-  );
-}
 
 /** The contexts kernel `i` was asked to run a message in. */
 async function kernelContexts(i) {
@@ -74,90 +45,30 @@ async function kernelContexts(i) {
   return new Set(all.filter((r) => r.body?.method === "SendStreamingMessage").map((r) => r.body.params?.message?.contextId));
 }
 
-let haproxy = null;
-/** (Re)starts HAProxy with contrib/deploy/haproxy.cfg for pairs 1..`pairs`, ports rewritten. */
-async function startHaproxy(pairs, map = "") {
-  if (haproxy) {
-    haproxy.kill();
-    await new Promise((r) => haproxy.once("exit", r));
-  }
-  let cfg = fs.readFileSync(path.join(ROOT, "contrib/deploy/haproxy.cfg"), "utf8");
-  const mapFile = path.join(WORK, "threads.map");
-  fs.writeFileSync(mapFile, map);
-  cfg = cfg
-    .replaceAll("/etc/haproxy/agui-threads.map", mapFile)
-    .replace("log stdout format raw local0 notice", "log stderr format raw local0 info")
-    .replace(/maxconn \d+/, `maxconn ${Math.floor(fdLimit() / 2) - 100}`)
-    .replace(/127\.0\.0\.1:413(\d\d)/g, (_, n) => `127.0.0.1:${BASE + Number(n)}`);
-  if (pairs === 4) {
+/** HAProxy for pairs 1..`pairs` (3 or 4) with the thread map `map`. */
+function startHaproxy(pairs, map = "") {
+  const withPair4 = (cfg) => {
+    if (pairs !== 4) return cfg;
     // pair4 joins the hashing and health backends, and gets a backend of its own like pair3's.
-    const sections = cfg.split(/\n(?=\S)/);
-    cfg = sections
+    const four = (line) => line.replace(/server pair3 127\.0\.0\.1:(\d+)/g, (_, p) => `server pair4 127.0.0.1:${Number(p) + 1}`);
+    return cfg
+      .split(/\n(?=\S)/)
       .map((sec) => {
-        const four = sec.replace(/server pair3 127\.0\.0\.1:(\d+)/g, (_, p) => `server pair4 127.0.0.1:${Number(p) + 1}`);
-        if (sec.startsWith("backend pair3")) return `${sec}\n${four.replace("backend pair3", "backend pair4")}`;
-        return sec.replace(/( *)server pair3 .*\n/, (line, ind) => `${line}${line.replace(/server pair3 127\.0\.0\.1:(\d+)/, (_, p) => `server pair4 127.0.0.1:${Number(p) + 1}`)}`);
+        if (sec.startsWith("backend pair3")) return `${sec}\n${four(sec).replace("backend pair3", "backend pair4")}`;
+        return sec.replace(/( *)server pair3 .*\n/, (line) => `${line}${four(line)}`);
       })
       .join("\n");
-  }
-  const file = path.join(WORK, "haproxy.cfg");
-  fs.writeFileSync(file, cfg);
-  const out = fs.openSync(path.join(WORK, "haproxy.log"), "a");
-  haproxy = spawn("haproxy", ["-db", "-f", file], { stdio: ["ignore", out, out] });
-  fs.writeFileSync(path.join(WORK, "haproxy.pid"), String(haproxy.pid));
-  for (let i = 0; i < 100; i++) {
-    try {
-      if ((await fetch(`${PROXY}/health`)).ok) return;
-    } catch {}
-    await sleep(50);
-  }
-  throw new Error("HAProxy did not start");
+  };
+  return startWith({ map, maxconn: Math.floor(fdLimit() / 2) - 100, edit: withPair4 });
 }
 
 /** This process's file-descriptor limit (HAProxy inherits it). */
 const fdLimit = () => Number(execFileSync("bash", ["-c", "ulimit -n"]).toString().trim()) || 1024;
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // ---- runs through @ag-ui/client --------------------------------------------------------------
 
-const fp = (thread) => ({ iacCode: { schemaVersion: 1, rosInvocationId: `inv-${thread}`, cwd: CWD } });
-
-/** One run: `{ok, outcome, status, code, message, types, executionId}`. Messages added for a run
- * that was refused are taken back, as a client retrying the same turn would. */
-async function turn(agent, { text, resume, onSession } = {}) {
-  const before = agent.messages.length;
-  if (text) agent.addMessage({ id: `u-${randomUUID()}`, role: "user", content: text });
-  const r = { ok: false, types: [], outcome: null };
-  const subscriber = {
-    onEvent: ({ event }) => {
-      r.types.push(event.type);
-      if (event.type === "CUSTOM" && event.name === "iac-code.session.v1") {
-        r.executionId = event.value?.executionId;
-        onSession?.(r.executionId);
-      }
-    },
-    onRunFinishedEvent: (p) => (r.outcome = p.outcome),
-    onRunErrorEvent: ({ event }) => (r.code = event.code),
-  };
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), 30_000);
-  try {
-    await agent.runAgent({ forwardedProps: fp(agent.threadId), resume, runId: `run-${randomUUID()}`, abortController: controller }, subscriber);
-    r.ok = r.outcome !== null && !r.code;
-  } catch (e) {
-    r.status = e.status;
-    r.code = r.code || e.payload?.error?.code;
-    r.message = e.payload?.error?.message || String(e.message);
-    // A transport failure (no HTTP status): keep undici's cause and the client port, to find the
-    // connection in haproxy.log (kept with the other logs when the run fails).
-    if (e.cause) r.cause = { code: e.cause.code, message: e.cause.message, at: new Date().toISOString(), localPort: e.cause.socket?.localPort };
-    if (e.status) agent.messages.splice(before);
-  } finally {
-    clearTimeout(timer);
-  }
-  return r;
-}
+const turn = (agent, opts = {}) => turnWith(agent, { cwd: CWD, ...opts });
 
 /** Runs `f` over `items`, POOL at a time; returns the results in order. */
 async function pool(items, f) {
@@ -315,13 +226,4 @@ async function main() {
   check(warnings.length === 0, `@ag-ui/client printed no warning${warnings.length ? `: ${warnings[0]}` : ""}`);
 }
 
-main()
-  .catch((e) => {
-    log(`FAIL  ${e.stack || e}`);
-    failures++;
-  })
-  .finally(() => {
-    haproxy?.kill();
-    log(failures ? `${failures} check(s) failed` : "all checks passed");
-    process.exit(failures ? 1 : 0);
-  });
+runChecks(main);

@@ -21,6 +21,10 @@ The reply is decided from the conversation, the way iac-code 0.16.0 (provider
   ``OpenAIProvider._extract_reasoning_text`` reads and turns into thinking, which the kernel
   exposes with ``--thinking-exposure all``).
 
+A user message carrying ``[[script=NAME]]`` is answered by the script NAME instead (the
+normal-mode scenarios n1-n6 of run.py: two write_file calls in one answer, a bash command, an
+edit_file call, a write to be cancelled, a multi-turn conversation, a long answer); see SCRIPTS.
+
 Every request is appended (as one JSON line) to ``--log FILE`` when given, for debugging.
 
 Usage: fake_llm.py --port PORT [--log FILE]
@@ -68,8 +72,161 @@ def _text_of(content) -> str:
     return str(content)
 
 
-def decide(messages: list) -> dict:
+# --- the `selling` pipeline script (iac_code/pipeline/selling/pipeline.yaml) -------------------
+# Each step's system prompt starts with its prompt file's title (prompts/<step>.md); the script
+# answers each step with what its `complete_step` needs (complete_step_tool.py: the conclusion is
+# checked against the step's conclusion_schema and completion_guards only).
+PIPELINE_PROMPT = "部署一个网站"   # matches intent_parsing's first guard: ask_user_question required
+STEP_TITLES = (("# 步骤：意图解析", "intent_parsing"), ("# 步骤：架构规划", "architecture_planning"),
+               ("# 步骤：模板生成", "template_generating"), ("# 步骤：成本预估", "cost_estimating"),
+               ("# 步骤：方案确认与选择", "confirm_and_select"), ("# 步骤：部署", "deploying"))
+CANDIDATES = ("plan-a-single-ecs", "plan-b-ha-slb")
+TEMPLATE = "ROSTemplateFormatVersion: '2015-09-01'\nResources: {}\n"
+
+
+def _fill(schema, depth: int = 0):
+    """A value that satisfies `schema`'s required fields (types, const, enum, minItems)."""
+    if not isinstance(schema, dict) or depth > 8:
+        return "x"
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties") or {}
+        return {k: _fill(props.get(k), depth + 1) for k in schema.get("required") or []}
+    if kind == "array":
+        n = schema.get("minItems") or 0
+        return [_fill(schema.get("items"), depth + 1) for _ in range(n)]
+    if kind == "boolean":
+        return True
+    if kind in ("integer", "number"):
+        return 0
+    return "x"
+
+
+def _conclusion(tools: list, overlay: dict) -> dict:
+    """The step's conclusion: its complete_step schema's required fields, then `overlay`."""
+    schema = {}
+    for t in tools or []:
+        f = t.get("function") or t
+        if f.get("name") == "complete_step":
+            schema = ((f.get("parameters") or {}).get("properties") or {}).get("conclusion") or {}
+    out = _fill(schema) if schema else {}
+    props = schema.get("properties")
+    for k, v in overlay.items():
+        if props is None or k in props or schema.get("additionalProperties") is not False:
+            out[k] = v
+    return out
+
+
+def _complete(tools: list, overlay: dict) -> dict:
+    return _tool("complete_step", {"conclusion": _conclusion(tools, overlay)})
+
+
+def _tool(name: str, args: dict) -> dict:
+    return {"kind": "tool", "name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+
+
+def _step_of(messages: list):
+    for msg in messages:
+        if msg.get("role") == "system":
+            text = _text_of(msg.get("content"))
+            for title, step in STEP_TITLES:
+                if title in text:
+                    return step, text
+    return None, ""
+
+
+def _tool_calls_since_user(messages: list) -> list:
+    """Names of the assistant tool calls answered after the last user message, in order."""
+    names = []
+    for msg in reversed(messages or []):
+        if msg.get("role") == "user":
+            break
+        for call in msg.get("tool_calls") or []:
+            names.append((call.get("function") or {}).get("name"))
+    return list(reversed(names))
+
+
+def decide_pipeline(messages: list, tools: list):
+    step, system = _step_of(messages)
+    if step is None:
+        return None
+    reply = _decide_step(step, system, messages, tools)
+    if reply is not None and step in ("template_generating", "cost_estimating"):
+        reply["candidate"] = True
+    return reply
+
+
+def _decide_step(step: str, system: str, messages: list, tools: list):
+    done = _tool_calls_since_user(messages)
+    all_calls = [(c.get("function") or {}).get("name") for m in messages
+                 for c in (m.get("tool_calls") or [])]
+    if "complete_step" in done:
+        return {"kind": "text", "text": f"{step} done."}
+    if step == "intent_parsing":
+        if "ask_user_question" not in all_calls:
+            return _tool("ask_user_question", {
+                "question": "Which region?", "allow_free_text": True,
+                "options": [{"id": "cn-hangzhou", "label": "Hangzhou"},
+                            {"id": "cn-beijing", "label": "Beijing"}]})
+        return _complete(tools, {
+            "is_infra_intent": True, "confidence": "high", "cloud_platform": "aliyun",
+            "business_type": "website", "core_requirements": ["a small website"],
+            "hard_constraints": [], "resource_intents": [{"product": "ECS", "action": "create"}],
+            "non_functional": {"region_preference": "cn-hangzhou"},
+            "user_message_summary": "deploy a website", "clarification_choice": "cn-hangzhou"})
+    if step == "architecture_planning":
+        return _complete(tools, {"candidates": [
+            {"name": name, "output_path": f"{name}.yaml", "products": products,
+             "resource_intents": [{"product": p, "action": "create"} for p in products],
+             "hard_constraints": [], "topology": summary, "monthly_estimate": "100 CNY",
+             "pros": ["simple"], "cons": ["none"]}
+            for name, products, summary in (
+                (CANDIDATES[0], ["VPC", "VSwitch", "ECS"], "one ECS instance"),
+                (CANDIDATES[1], ["VPC", "VSwitch", "ECS", "SLB"], "two ECS behind an SLB"))]})
+    if step == "template_generating":
+        which = "a" if CANDIDATES[0] in system else "b"
+        cwd = None
+        m = CWD_IN_SYSTEM.search(system)
+        if m:
+            cwd = m.group(1).rstrip(".,;:`")
+        path = f"{(cwd or '/tmp').rstrip('/')}/template-{which}.yaml"
+        if which == "a" and "write_file" not in done:
+            return _tool("write_file", {"path": path, "content": TEMPLATE})
+        return _complete(tools, {"template": TEMPLATE, "file_path": path, "region": "cn-hangzhou",
+                                 "description": f"template of candidate {which}"})
+    if step == "cost_estimating":
+        return _complete(tools, {
+            "monthly_estimate": "100", "currency": "CNY",
+            "resources": [{"type": "ALIYUN::ECS::Instance", "cost": "100"}],
+            "template_fixed": False, "deployment_parameters": {}, "hard_constraint_checks": [],
+            "preview_validation": {"succeeded": False, "template_url": "template.yaml",
+                                   "error": "scripted test: no cloud account"}})
+    if step == "confirm_and_select":
+        options = [{"name": n, "summary": n, "candidate_index": i} for i, n in enumerate(CANDIDATES)]
+        if "complete_step" not in all_calls:
+            return _complete(tools, {"user_prompt": "Choose a plan:", "options": options})
+        return _complete(tools, {
+            "user_prompt": "Choose a plan:", "options": options, "user_input": "plan 0",
+            "selected_candidate_name": CANDIDATES[0], "selected_candidate_index": 0,
+            "selected_evaluated_candidate_index": 0})
+    if step == "deploying":
+        # no cloud account here: `failed` with its error is the one honest conclusion
+        # (skills/iac-aliyun-deploying: status success needs a ros_deploy CREATE_COMPLETE)
+        return _complete(tools, {"status": "failed", "error": "scripted test: no cloud account"})
+    return None
+
+
+def decide(messages: list, tools: list = None) -> dict:
     """Returns {"kind": "text", "text": ...[, "reasoning": ...]} or {"kind": "tool", "name", "arguments"}."""
+    scripted = decide_pipeline(messages, tools)
+    if scripted is None:  # the n* scenarios' scripts, keyed by [[script=...]]
+        scripted = normal_script(messages or [])
+    if scripted is not None:
+        return scripted
     saw_tool = False
     last_user = None
     for msg in reversed(messages or []):
@@ -96,17 +253,122 @@ def decide(messages: list) -> dict:
         cwd = (cwd or "/tmp").rstrip("/") or "/"
         target = f"{cwd}/hello.txt"
         args = {"path": target, "file_path": target, "content": "hello\n"}
-        return {"kind": "tool", "name": "write_file", "arguments": json.dumps(args)}
+        reply = {"kind": "tool", "name": "write_file", "arguments": json.dumps(args)}
+        if "think" in last_user.lower():   # reasoning and a sentence before the call (scenario r)
+            reply.update({"reasoning": THINKING, "text": TEXT_REPLY})
+        return reply
     if last_user is not None and "think" in last_user.lower():
         return {"kind": "text", "text": TEXT_REPLY, "reasoning": THINKING}
     return {"kind": "text", "text": TEXT_REPLY}
 
 
-def _next_call_id() -> str:
+# ---- normal-mode scripts (issue 14 item 7; run.py scenarios n1-n6) --------------------------
+# A user message carrying [[script=NAME]] is answered by SCRIPTS[NAME](step, turn, cwd), where
+# step = the number of `tool` messages after that user message (0: first LLM call of the turn)
+# and turn = the number of user messages in the conversation (1 on the first turn). The kernel
+# runs write tools one at a time (iac_code.tools.tool_executor: only read-only calls run
+# concurrently), so one answer with two write_file calls asks for permission twice, in sequence.
+SCRIPT_MARKER = re.compile(r"\[\[script=([a-z0-9-]+)\]\]")
+LONG_LINE = ("Line {n:03d}: the stack keeps one VPC, two vSwitches and a NAT gateway; "
+             "出口带宽 {n} Mbps, tags env=test owner=agui \u2713.")
+
+
+def _call(name: str, **arguments) -> dict:
+    return {"name": name, "arguments": json.dumps(arguments)}
+
+
+def _script_two_writes(step, turn, cwd):
+    if step == 0:
+        return {"kind": "tool", "calls": [
+            _call("write_file", path=f"{cwd}/one.txt", content="one\n"),
+            _call("write_file", path=f"{cwd}/two.txt", content="two\n")]}
+    return {"kind": "text", "text": "Both files are written."}
+
+
+def _script_bash(step, turn, cwd):
+    # `touch` is not in iac-code's read-only list (tools/bash/readonly_commands.py), so the
+    # kernel asks; the relative path stays inside the cwd (no path-constraint refusal)
+    if step == 0:
+        return {"kind": "tool", "calls": [_call("bash", command="touch made-by-bash.txt")]}
+    return {"kind": "text", "text": "The command ran."}
+
+
+def _script_edit(step, turn, cwd):
+    if step == 0:
+        return {"kind": "tool", "calls": [_call("edit_file", path=f"{cwd}/notes.txt",
+                                                old_string="colour: red", new_string="colour: blue")]}
+    return {"kind": "text", "text": "The edit was not made."}
+
+
+def _script_cancelled(step, turn, cwd):
+    if step == 0:
+        return {"kind": "tool", "calls": [_call("write_file", path=f"{cwd}/cancelled.txt",
+                                                content="never\n")]}
+    return {"kind": "text", "text": "Nothing was written."}
+
+
+def _script_multi_turn(step, turn, cwd):
+    # the turn number counts the user messages the kernel sends: it proves the session history
+    return {"kind": "text", "text": f"Turn {turn}: noted, {turn} message(s) so far."}
+
+
+def _script_long(step, turn, cwd):
+    # four lines per chunk (not one word per chunk): 60 chunks of about 440 bytes, so that the
+    # turn stays short on a busy machine (the kernel's cost is per chunk, not per byte)
+    text = "\n".join(LONG_LINE.format(n=n) for n in range(1, 241))
+    lines = text.splitlines(keepends=True)
+    return {"kind": "text", "text": text,
+            "chunks": ["".join(lines[i:i + 4]) for i in range(0, len(lines), 4)]}
+
+
+SCRIPTS = {"two-writes": _script_two_writes, "bash-once": _script_bash, "edit-deny": _script_edit,
+           "cancelled": _script_cancelled, "multi-turn": _script_multi_turn, "long": _script_long}
+
+
+def normal_script(messages: list):
+    last_user, step = None, 0
+    for msg in reversed(messages):
+        if msg.get("role") == "tool":
+            step += 1
+        if msg.get("role") == "user":
+            last_user = _text_of(msg.get("content"))
+            break
+    m = SCRIPT_MARKER.search(last_user or "")
+    if m is None or m.group(1) not in SCRIPTS:
+        return None
+    cwd_m = CWD_MARKER.search(last_user)
+    cwd = (cwd_m.group(1).strip() if cwd_m else "/tmp").rstrip("/") or "/"
+    turn = sum(1 for msg in messages if msg.get("role") == "user")
+    return SCRIPTS[m.group(1)](step, turn, cwd)
+# ---- end of the normal-mode scripts ---------------------------------------------------------
+
+
+PACE_MARKER = re.compile(r"\[\[pace=([0-9.]+)\]\]")
+
+
+def _pace(messages: list) -> float:
+    """Seconds between streamed chunks: a `[[pace=0.1]]` marker in any user message of the
+    conversation (scenario r streams a delta every 0.1 s), else 0."""
+    for msg in messages:
+        if msg.get("role") == "user":
+            m = PACE_MARKER.search(_text_of(msg.get("content")))
+            if m:
+                return min(float(m.group(1)), 2.0)
+    return 0.0
+
+
+def _next_call_id(reply: dict) -> str:
+    """`call_N`; a pipeline candidate step's calls are `call_N_candidate` (run.py tells the
+    parallel candidates' tool calls from the pipeline's own by it)."""
     global _counter
     with _counter_lock:
         _counter += 1
-        return f"call_{_counter}"
+        return f"call_{_counter}" + ("_candidate" if reply.get("candidate") else "")
+
+
+def _calls(reply: dict) -> list:
+    """The tool calls of a "tool" reply: `calls`, or the single `name`/`arguments`."""
+    return reply.get("calls") or [{"name": reply["name"], "arguments": reply["arguments"]}]
 
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
@@ -149,7 +411,8 @@ class Handler(BaseHTTPRequestHandler):
         if path not in ("/v1/chat/completions", "/chat/completions"):
             self._send_json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
-        reply = decide(req.get("messages") or [])
+        reply = decide(req.get("messages") or [], req.get("tools") or [])
+        reply["pace"] = _pace(req.get("messages") or [])
         if _log_path:
             with _log_lock, open(_log_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"time": time.time(), "stream": bool(req.get("stream")),
@@ -165,8 +428,9 @@ class Handler(BaseHTTPRequestHandler):
     def _complete(self, reply, model, cid, created):
         if reply["kind"] == "tool":
             message = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": _next_call_id(), "type": "function",
-                "function": {"name": reply["name"], "arguments": reply["arguments"]}}]}
+                "id": _next_call_id(reply), "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in _calls(reply)]}
             finish = "tool_calls"
         else:
             message = {"role": "assistant", "content": reply["text"]}
@@ -186,6 +450,8 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
         def chunk(delta, finish=None, usage=None, choices=True):
+            if reply.get("pace"):
+                time.sleep(reply["pace"])
             body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if choices else []}
             if usage is not None:
@@ -195,22 +461,29 @@ class Handler(BaseHTTPRequestHandler):
 
         try:
             if reply["kind"] == "tool":
-                call_id = _next_call_id()
-                chunk({"role": "assistant", "content": None, "tool_calls": [{
-                    "index": 0, "id": call_id, "type": "function",
-                    "function": {"name": reply["name"], "arguments": ""}}]})
-                args = reply["arguments"]
-                half = len(args) // 2
-                for piece in (args[:half], args[half:]):
-                    chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+                if reply.get("reasoning"):
+                    chunk({"role": "assistant", "content": ""})
+                    for word in reply["reasoning"].split(" "):
+                        chunk({"reasoning_content": word + " "})
+                    for word in (reply.get("text") or "").split():
+                        chunk({"content": word + " "})
+                for index, call in enumerate(_calls(reply)):
+                    call_id = _next_call_id(reply)
+                    chunk({"role": "assistant", "content": None, "tool_calls": [{
+                        "index": index, "id": call_id, "type": "function",
+                        "function": {"name": call["name"], "arguments": ""}}]})
+                    args = call["arguments"]
+                    half = len(args) // 2
+                    for piece in (args[:half], args[half:]):
+                        chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
                 chunk({}, finish="tool_calls")
             else:
                 chunk({"role": "assistant", "content": ""})
                 if reply.get("reasoning"):
                     for word in reply["reasoning"].split(" "):
                         chunk({"reasoning_content": word + " "})
-                for word in reply["text"].split(" "):
-                    chunk({"content": word + " "})
+                for piece in reply.get("chunks") or [w + " " for w in reply["text"].split(" ")]:
+                    chunk({"content": piece})
                 chunk({}, finish="stop")
             chunk(None, usage=USAGE, choices=False)
             self.wfile.write(b"data: [DONE]\n\n")

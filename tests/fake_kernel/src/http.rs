@@ -87,6 +87,9 @@ fn serve(state: &Arc<State>, conn: TcpStream) -> std::io::Result<()> {
             return respond(&conn, 401, &json!({"error": "Unauthorized"}));
         }
     }
+    if let Some((status, reply)) = crate::control::take_fault(state, path, &body) {
+        return respond(&conn, status, &reply);
+    }
     match (req.method.as_str(), path) {
         ("POST", "/iac-code/session/ensure-restored") => ensure_restored(state, &conn, &body),
         ("GET", "/iac-code/pipeline/state") => crate::pipeline::serve_state(state, &conn, query),

@@ -35,7 +35,7 @@ pub use script::Step;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// The steps that follow an input wait, picked by the answer.
@@ -59,6 +59,35 @@ struct Task {
     pipeline: Vec<Value>,
     /// Every stream item of the task so far, for `SubscribeToTask` (its snapshot and its tail).
     log: Arc<Mutex<Vec<Value>>>,
+    /// A cancel being wound down (`slow_cancels`): the task still works until then.
+    cancel_at: Option<std::time::Instant>,
+}
+
+/// Cancels whose wind-down time has come take effect (`FakeKernel::slow_cancels`). A kernel
+/// without slow cancels skips the scan: it runs under the task lock at every step of every task,
+/// which would make a kernel serving hundreds of streams quadratic.
+fn wind_down(state: &State, tasks: &mut HashMap<String, Task>) {
+    if state.slow_cancels.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    let now = std::time::Instant::now();
+    for t in tasks.values_mut() {
+        if t.cancel_at.is_some_and(|at| at <= now) {
+            t.cancel_at = None;
+            t.cancelled.store(true, Ordering::SeqCst);
+            t.state = "TASK_STATE_CANCELED".into();
+            t.input = None;
+            t.continuation = None;
+        }
+    }
+}
+
+/// A one-shot fault: after `skip` requests for `key` pass, the next gets `status` and `body`.
+struct Fault {
+    key: String,
+    skip: usize,
+    status: u16,
+    body: Value,
 }
 
 #[derive(Default)]
@@ -76,6 +105,17 @@ struct State {
     stall_cancels: AtomicBool,
     /// A kernel that ignores `CancelTask` (answers, but the task keeps working).
     ignore_cancels: AtomicBool,
+    /// Milliseconds a cancelled task keeps working (and its context busy) before it stops, as
+    /// the real kernel winds a cancelled task down.
+    slow_cancels: AtomicU64,
+    /// One-shot faults: the next request for the key (a JSON-RPC method, or a path) is answered
+    /// with this HTTP status and body instead.
+    faults: Mutex<Vec<Fault>>,
+    /// While set, an accepted answer's reply waits (the kernel took it; the caller has not
+    /// heard back yet).
+    hold_answers: AtomicBool,
+    /// Answers taken to an input wait: each one runs what the wait held back (the tool).
+    accepted_answers: AtomicU64,
 }
 
 pub struct FakeKernel {

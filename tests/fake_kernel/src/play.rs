@@ -141,10 +141,9 @@ fn set_state(state: &State, task: &str, s: &str) {
 }
 
 fn cancelled(state: &State, task: &str) -> bool {
-    state
-        .tasks
-        .lock()
-        .unwrap()
+    let mut tasks = state.tasks.lock().unwrap();
+    crate::wind_down(state, &mut tasks);
+    tasks
         .get(task)
         .is_none_or(|t| t.cancelled.load(Ordering::SeqCst))
 }
@@ -163,10 +162,11 @@ fn stop_cancelled(out: &mut Out, vars: &Vars) -> std::io::Result<Next> {
     Ok(Next::Stop)
 }
 
-/// A recorded or literal `result`; an ending status also becomes the task's state.
+/// A recorded or literal `result`; an ending status also becomes the task's state, before the
+/// item is sent (as the A2A SDK saves the task before the client sees the event: a client that
+/// reacts to the end at once finds the task ended).
 fn item(state: &State, out: &mut Out, vars: &Vars, v: &Value) -> std::io::Result<Next> {
     crate::pipeline::log_streamed(state, vars, v);
-    emit(out, vars, v)?;
     if let Some(st) = v
         .pointer("/statusUpdate/status/state")
         .and_then(Value::as_str)
@@ -175,6 +175,7 @@ fn item(state: &State, out: &mut Out, vars: &Vars, v: &Value) -> std::io::Result
             set_state(state, &vars.task, st);
         }
     }
+    emit(out, vars, v)?;
     Ok(Next::Continue)
 }
 
@@ -192,11 +193,7 @@ fn agent_status(
     }
     let mut iac = iac.clone();
     iac["iacCodeSessionId"] = json!("$SESSION");
-    emit(
-        out,
-        vars,
-        &json!({"statusUpdate": {"taskId": "$TASK", "contextId": "$CTX", "status": status, "metadata": {"iac_code": iac}}}),
-    )?;
+    // An end is the task's state before the client sees it (see `item`).
     if st.ends_with("COMPLETED")
         || st.ends_with("FAILED")
         || st.ends_with("CANCELED")
@@ -204,6 +201,11 @@ fn agent_status(
     {
         set_state(state, &vars.task, st);
     }
+    emit(
+        out,
+        vars,
+        &json!({"statusUpdate": {"taskId": "$TASK", "contextId": "$CTX", "status": status, "metadata": {"iac_code": iac}}}),
+    )?;
     Ok(Next::Continue)
 }
 
@@ -306,8 +308,8 @@ fn rpc_error(
     msg: &str,
 ) -> std::io::Result<Next> {
     let line = json!({"jsonrpc": "2.0", "id": vars.id, "error": {"code": code, "message": msg}});
-    out.write_all(format!("data: {line}\n\n").as_bytes())?;
     set_state(state, &vars.task, "TASK_STATE_FAILED");
+    out.write_all(format!("data: {line}\n\n").as_bytes())?;
     Ok(Next::Stop)
 }
 

@@ -45,7 +45,9 @@ fn task_json(t: &Task) -> Value {
 
 fn get_task(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
     let id = req["params"]["id"].as_str().unwrap_or("");
-    match state.tasks.lock().unwrap().get(id) {
+    let mut tasks = state.tasks.lock().unwrap();
+    crate::wind_down(state, &mut tasks);
+    match tasks.get(id) {
         Some(t) => {
             // As the A2A SDK keeps it: the messages of the task's streams, newest last, the last
             // `historyLength` of them when given.
@@ -98,7 +100,10 @@ fn subscribe(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<()
     while Instant::now() < until {
         let fresh: Vec<Value> = task.log.lock().unwrap()[seen..].to_vec();
         seen += fresh.len();
-        for item in fresh {
+        for item in fresh
+            .into_iter()
+            .filter(|i| i.get(crate::send::HISTORY_ONLY).is_none())
+        {
             out.write_all(frame(&item).as_bytes())?;
             let st = item
                 .pointer("/statusUpdate/status/state")
@@ -119,16 +124,21 @@ fn is_live(state: &str) -> bool {
 
 /// The user message and every agent message a task's streams carried so far.
 fn history_of(log: &[Value]) -> Vec<Value> {
-    let mut history: Vec<Value> = log
-        .iter()
-        .filter_map(|i| i.pointer("/task/history")?.as_array().cloned())
-        .flatten()
-        .collect();
-    history.extend(
-        log.iter()
-            .filter_map(|i| i.pointer("/statusUpdate/status/message").cloned()),
-    );
-    history
+    // In the order the task saw them: its first message, the agent's messages and the answers.
+    log.iter()
+        .flat_map(|i| {
+            let first = i.pointer("/task/history").and_then(Value::as_array);
+            let agent = i.pointer("/statusUpdate/status/message");
+            let answer = i.get(crate::send::HISTORY_ONLY);
+            first
+                .into_iter()
+                .flatten()
+                .chain(agent)
+                .chain(answer)
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Marks the task cancelled; the stream playing it notices and ends with `TASK_STATE_CANCELED`.
@@ -156,6 +166,13 @@ fn cancel_task(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<
                 200,
                 &rpc_error(req, -32002, "Task cannot be canceled"),
             )
+        }
+        Some(t) if state.slow_cancels.load(Ordering::SeqCst) > 0 => {
+            let ms = state.slow_cancels.load(Ordering::SeqCst);
+            t.cancel_at
+                .get_or_insert(Instant::now() + Duration::from_millis(ms));
+            let v = task_json(t);
+            respond(conn, 200, &rpc_result(req, v))
         }
         Some(t) => {
             t.cancelled.store(true, Ordering::SeqCst);

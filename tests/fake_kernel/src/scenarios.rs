@@ -133,6 +133,25 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
                 },
             ]
         }
+        // A side wait answered, then a pipeline event the client misses (logged for
+        // `/iac-code/pipeline/state` only, as between the unary answer and SubscribeToTask) below
+        // one it sees live: the follow-up recovers it from where the run stood before the answer.
+        "side-wait-gap" => {
+            let mut e = permission_envelope("permission-g1", "call_g1");
+            e["scope"] = json!("candidate_step");
+            e["subPipelineId"] = json!("c1");
+            vec![
+                pipe_step("pipeline_started", 1, json!({"data": {"pipelineName": "selling"}})),
+                Step::SideWaits {
+                    envelopes: vec![e],
+                    then: vec![
+                        Step::PipelineLog(pipe("candidate_completed", 2, candidate_coords("c1", None, "candidates"))),
+                        pipe_step("candidate_completed", 3, candidate_coords("c2", None, "candidates")),
+                        done(),
+                    ],
+                },
+            ]
+        }
         "panic" => vec![working_text("before "), working_text("__iac_code_agui_test_panic__"), done()],
         "numbered" => (0..20).map(|i| working_text(&format!("[{i}]"))).chain([done()]).collect(),
         "slow-numbered" => vec![Step::Numbered { count: 100_000, gap_ms: 100 }, done()],

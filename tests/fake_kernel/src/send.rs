@@ -14,6 +14,9 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// A log entry that is history only (an answer the task took), never streamed.
+pub(crate) const HISTORY_ONLY: &str = "historyOnly";
+
 /// A JSON-RPC error the kernel would answer with: code and message.
 type Refusal = (i64, &'static str);
 
@@ -54,24 +57,27 @@ pub(crate) fn send_streaming(
             answer,
             first,
         }) => {
-            let log = state
-                .tasks
-                .lock()
-                .unwrap()
-                .get(&task)
-                .map(|t| t.log.clone())
-                .unwrap_or_default();
-            let vars = Vars {
-                log,
-                task,
-                ctx,
-                session,
-                answer,
-                id: req["id"].clone(),
-            };
+            let vars = play_vars(state, req, task, ctx, session, answer);
+            if m["taskId"].is_string() && hold_while_asked(state) {
+                // The caller may be gone by now; the task runs on regardless, as a kernel's does.
+                play_detached(state, &vars, &first, &script);
+                return Ok(());
+            }
             stream(state, conn, &vars, &first, &script)
         }
     }
+}
+
+/// `FakeKernel::hold_answers`: the answer is taken, its reply waits (bounded); `true` when it
+/// was held.
+fn hold_while_asked(state: &State) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut held = false;
+    while state.hold_answers.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+        held = true;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    held
 }
 
 /// `SendMessage` (unary), as the kernel takes a pipeline's side-wait answer: only an answer to a
@@ -100,21 +106,7 @@ pub(crate) fn send_unary(state: &Arc<State>, conn: &TcpStream, req: &Value) -> s
             answer,
             first,
         }) => {
-            let log = state
-                .tasks
-                .lock()
-                .unwrap()
-                .get(&task)
-                .map(|t| t.log.clone())
-                .unwrap_or_default();
-            let vars = Vars {
-                log,
-                task,
-                ctx,
-                session,
-                answer,
-                id: req["id"].clone(),
-            };
+            let vars = play_vars(state, req, task, ctx, session, answer);
             respond(conn, 200, &rpc_result(req, first.clone()))?;
             let state = state.clone();
             std::thread::spawn(move || play_detached(&state, &vars, &first, &script));
@@ -195,6 +187,7 @@ fn session_for(state: &State, ctx: &str) -> String {
 /// A user message: a new task in the context, running the scenario its text names.
 fn start_task(state: &State, m: &Value, ctx: &str) -> Result<Accepted, Refusal> {
     let mut tasks = state.tasks.lock().unwrap();
+    crate::wind_down(state, &mut tasks);
     if tasks
         .values()
         .any(|t| t.context == ctx && t.state == "TASK_STATE_WORKING")
@@ -232,6 +225,7 @@ fn start_task(state: &State, m: &Value, ctx: &str) -> Result<Accepted, Refusal> 
             cancelled: Arc::new(AtomicBool::new(false)),
             pipeline: Vec::new(),
             log: Arc::default(),
+            cancel_at: None,
         },
     );
     let first = json!({"task": {"id": id, "contextId": ctx, "status": {"state": "TASK_STATE_SUBMITTED"},
@@ -263,6 +257,9 @@ fn take_answer(state: &State, m: &Value, task_id: &str, ctx: &str) -> Result<Acc
         ));
     };
     let (script, answer, via) = continuation_for(m, task_id, &input, continuation)?;
+    // As the A2A SDK keeps it (`TaskManager.update_with_message`): the answer joins the task's
+    // history, in its place; streams never carry it.
+    task.log.lock().unwrap().push(json!({ HISTORY_ONLY: m }));
     let first = json!({"statusUpdate": {"taskId": task_id, "contextId": ctx, "status": {"state": "TASK_STATE_WORKING"},
         "metadata": {"iac_code": {"inputReceived": {"kind": input["kind"], "inputId": input["inputId"], "toolUseId": input["toolUseId"], "via": via}}}}});
     if !task.side.is_empty() {
@@ -272,6 +269,7 @@ fn take_answer(state: &State, m: &Value, task_id: &str, ctx: &str) -> Result<Acc
     task.input = None;
     task.continuation = None;
     task.state = "TASK_STATE_WORKING".into();
+    state.accepted_answers.fetch_add(1, Ordering::SeqCst);
     Ok(Accepted::Play {
         task: task_id.to_string(),
         script,
@@ -371,4 +369,30 @@ fn stream(
     out.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n")?;
     emit(&mut out, vars, first)?;
     play(state, &mut out, vars, script)
+}
+
+/// What a script played for `task` needs: its log, ids and the answer it was given.
+fn play_vars(
+    state: &State,
+    req: &Value,
+    task: String,
+    ctx: String,
+    session: String,
+    answer: String,
+) -> Vars {
+    let log = state
+        .tasks
+        .lock()
+        .unwrap()
+        .get(&task)
+        .map(|t| t.log.clone())
+        .unwrap_or_default();
+    Vars {
+        log,
+        task,
+        ctx,
+        session,
+        answer,
+        id: req["id"].clone(),
+    }
 }

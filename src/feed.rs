@@ -1,0 +1,426 @@
+//! Replay buffers: what a run sent, kept so a client that lost its connection continues exactly
+//! where it was (`Last-Event-ID`), or joins the turn so far, and the detach grace.
+//!
+//! The run thread numbers and writes each event once, into its execution's [`Feed`] (a ring of
+//! frames capped in bytes, plus the turn folded for a join), then to its own client. Observers
+//! (the subscribe route) tail the feed on their own request threads: a `Condvar` wakes them, and
+//! they copy frames out under the lock and write them without it, so a slow observer never holds
+//! the run. No async: one mutex and one condition variable per execution.
+//!
+//! The grace: with `--detach-grace` above 0, a run whose last watcher (its own client or an
+//! observer) left is cancelled only if nobody re-attached when the grace ran out. A feed is
+//! dropped once its run ended and the grace ran out (at once with a grace of 0).
+
+mod fold;
+
+use crate::projection::Serialized;
+use crate::stream::cursor;
+use fold::Fold;
+use parking_lot::{Condvar, Mutex};
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Hook = Box<dyn Fn() + Send + Sync>;
+
+/// The feeds of this process, by execution id (one per execution: a resume replaces it).
+pub struct Feeds {
+    map: Arc<Mutex<HashMap<String, Arc<Feed>>>>,
+    cap: usize,
+    grace: Duration,
+}
+
+/// One run's frames and the turn so far.
+pub struct Feed {
+    tag: String,
+    grace: Duration,
+    state: Mutex<State>,
+    changed: Condvar,
+    /// Cancels the run: the grace ran out with nobody watching.
+    expire: Mutex<Option<Hook>>,
+}
+
+struct State {
+    frames: VecDeque<(u64, Arc<[u8]>)>,
+    bytes: usize,
+    cap: usize,
+    /// The first position of this run (0: none yet); cursors before it are another run's.
+    first: u64,
+    last: u64,
+    /// The newest position dropped for the cap: a cursor before it is no longer held.
+    evicted: u64,
+    /// The position the fold stands for (the newest event that is not the run's end).
+    folded: u64,
+    /// The turn so far, for a join; `None` once the events folded into it outgrew the cap, so
+    /// memory stays bounded whatever the run does (a join then asks the kernel, as after a
+    /// restart).
+    fold: Option<Fold>,
+    /// What the fold holds, in bytes, counted from the events folded so far ([`fold_cost`]).
+    fold_bytes: usize,
+    ended: Option<Instant>,
+    watchers: usize,
+    /// Bumped at each detach, so an older grace timer knows it is stale.
+    detaches: u64,
+}
+
+/// How an observer starts.
+pub(crate) enum Start {
+    /// The cursor is held: frames after it follow.
+    Exact(u64),
+    /// A run of its own: these frames (the turn so far), then frames after the position.
+    Join(Vec<u8>, usize, u64),
+    /// No cursor held and the fold outgrew its cap: the join comes from the kernel.
+    Kernel,
+}
+
+/// What an observer gets next.
+pub(crate) enum Next {
+    Frames(Vec<u8>, usize),
+    /// Nothing new within the wait.
+    Idle,
+    /// The run ended and everything was delivered.
+    Done,
+    /// The observer fell behind the cap: its next frame is gone.
+    Lagged,
+}
+
+impl Feeds {
+    pub fn start(cap: usize, grace: Duration) -> Feeds {
+        let feeds = Feeds {
+            map: Arc::new(Mutex::new(HashMap::new())),
+            cap: cap.max(1),
+            grace,
+        };
+        if !grace.is_zero() {
+            let map = feeds.map.clone();
+            std::thread::Builder::new()
+                .name("feeds".into())
+                .spawn(move || sweep(map, grace))
+                .expect("spawn feeds thread");
+        }
+        feeds
+    }
+
+    /// A new run's feed, replacing an earlier run's of the same execution.
+    pub fn open(&self, execution_id: &str) -> Arc<Feed> {
+        let feed = Arc::new(Feed {
+            tag: cursor::tag(execution_id),
+            grace: self.grace,
+            state: Mutex::new(State {
+                frames: VecDeque::new(),
+                bytes: 0,
+                cap: self.cap,
+                first: 0,
+                last: 0,
+                evicted: 0,
+                folded: 0,
+                fold: Some(Fold::default()),
+                fold_bytes: 0,
+                ended: None,
+                watchers: 0,
+                detaches: 0,
+            }),
+            changed: Condvar::new(),
+            expire: Mutex::new(None),
+        });
+        self.map
+            .lock()
+            .insert(execution_id.to_string(), feed.clone());
+        feed
+    }
+
+    pub(crate) fn get(&self, execution_id: &str) -> Option<Arc<Feed>> {
+        self.map.lock().get(execution_id).cloned()
+    }
+
+    /// The run ended: its feed stays for the grace (observers already attached keep theirs).
+    pub(crate) fn ended(&self, execution_id: &str, feed: &Arc<Feed>) {
+        feed.end();
+        if self.grace.is_zero() {
+            let mut map = self.map.lock();
+            if map.get(execution_id).is_some_and(|f| Arc::ptr_eq(f, feed)) {
+                map.remove(execution_id);
+            }
+        }
+    }
+
+    /// Whether the execution's run goes on with nobody watching (within its grace).
+    pub(crate) fn detached(&self, execution_id: &str) -> bool {
+        self.get(execution_id).is_some_and(|f| {
+            let st = f.state.lock();
+            st.watchers == 0 && st.ended.is_none()
+        })
+    }
+
+    /// Held feeds and their buffered bytes (the bench's figure).
+    pub fn held(&self) -> (usize, usize) {
+        let map = self.map.lock();
+        let bytes = map
+            .values()
+            .map(|f| {
+                let st = f.state.lock();
+                st.bytes + st.fold.as_ref().map_or(0, |_| st.fold_bytes)
+            })
+            .sum();
+        (map.len(), bytes)
+    }
+}
+
+/// Drops the feeds whose run ended more than the grace ago.
+fn sweep(map: Arc<Mutex<HashMap<String, Arc<Feed>>>>, grace: Duration) {
+    let period = (grace / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        std::thread::sleep(period);
+        map.lock()
+            .retain(|_, f| f.state.lock().ended.is_none_or(|t| t.elapsed() < grace));
+    }
+}
+
+impl Feed {
+    /// What cancels the run when the grace runs out unwatched.
+    pub(crate) fn on_expire(&self, hook: Hook) {
+        *self.expire.lock() = Some(hook);
+    }
+
+    /// The user's message of the turn, for a join's snapshot.
+    pub(crate) fn set_user(&self, message: Value) {
+        if let Some(fold) = self.state.lock().fold.as_mut() {
+            fold.set_user(message);
+        }
+    }
+
+    /// Numbers `events`, keeps them (dropping the oldest beyond the cap) and returns their frames.
+    pub fn push(&self, events: &(impl Serialized + ?Sized)) -> Vec<u8> {
+        let mut body = Vec::with_capacity(256 * events.count());
+        let mut st = self.state.lock();
+        events.each_json(&mut |json| {
+            let seq = cursor::next_seq();
+            let start = body.len();
+            cursor::push_frame(&mut body, &cursor::format(&self.tag, seq, None), json);
+            // The fold reads events as values: parsed back here (the issue-13 hot path writes
+            // JSON straight; folding from that JSON without a tree is still to do).
+            let ev: Value = serde_json::from_slice(json).unwrap_or_default();
+            let frame: Arc<[u8]> = body[start..].into();
+            st.bytes += frame.len();
+            st.frames.push_back((seq, frame));
+            if st.first == 0 {
+                st.first = seq;
+            }
+            st.last = seq;
+            let ty = ev.get("type").and_then(Value::as_str);
+            if !matches!(ty, Some("RUN_FINISHED" | "RUN_ERROR")) {
+                if let Some(fold) = st.fold.as_mut() {
+                    fold.apply(&ev);
+                }
+                st.fold_bytes += fold_cost(&ev, json.len());
+                st.folded = seq;
+            }
+        });
+        if st.fold_bytes > st.cap && st.fold.is_some() {
+            log::info!("the turn outgrew the replay buffer cap; a join will ask the kernel");
+            st.fold = None;
+        }
+        while st.bytes > st.cap && st.frames.len() > 1 {
+            if let Some((seq, frame)) = st.frames.pop_front() {
+                st.bytes -= frame.len();
+                st.evicted = seq;
+            }
+        }
+        drop(st);
+        self.changed.notify_all();
+        body
+    }
+
+    fn end(&self) {
+        self.state.lock().ended = Some(Instant::now());
+        self.changed.notify_all();
+    }
+
+    /// One more client reads this run (its own, or an observer).
+    pub(crate) fn watch(&self) {
+        self.state.lock().watchers += 1;
+        self.changed.notify_all();
+    }
+
+    /// A client left. With a grace, the last one leaving starts it: unless someone re-attaches
+    /// or the run ends first, the run is cancelled when it runs out.
+    pub(crate) fn unwatch(self: &Arc<Self>) {
+        let mut st = self.state.lock();
+        st.watchers = st.watchers.saturating_sub(1);
+        if st.watchers > 0 || st.ended.is_some() || self.grace.is_zero() {
+            return;
+        }
+        st.detaches += 1;
+        let gen = st.detaches;
+        drop(st);
+        log::info!(
+            "client left; the run goes on for {:?} (detach grace)",
+            self.grace
+        );
+        let feed = self.clone();
+        std::thread::spawn(move || feed.grace_timer(gen));
+    }
+
+    fn grace_timer(&self, gen: u64) {
+        let deadline = Instant::now() + self.grace;
+        let mut st = self.state.lock();
+        let alone = |st: &State| st.watchers == 0 && st.ended.is_none() && st.detaches == gen;
+        while alone(&st) && !self.changed.wait_until(&mut st, deadline).timed_out() {}
+        if alone(&st) {
+            drop(st);
+            log::info!("nobody re-attached within the detach grace; cancelling the run");
+            if let Some(hook) = &*self.expire.lock() {
+                hook();
+            }
+        }
+    }
+
+    /// Attaches an observer: an exact resume when `last_event_id` is a position still held,
+    /// else a join. The observer counts as a watcher until [`Feed::unwatch`].
+    pub(crate) fn attach(&self, last_event_id: Option<&str>) -> Start {
+        let mut st = self.state.lock();
+        st.watchers += 1;
+        let held = last_event_id.and_then(cursor::parse).filter(|(tag, seq)| {
+            *tag == self.tag && st.first > 0 && *seq >= st.first.max(st.evicted) && *seq <= st.last
+        });
+        if let Some((_, seq)) = held {
+            return Start::Exact(seq);
+        }
+        // A run that has just started: its first events are about to be pushed.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while st.fold.as_ref().is_some_and(|f| f.run_started.is_none())
+            && !self.changed.wait_until(&mut st, deadline).timed_out()
+        {}
+        let Some(fold) = st.fold.as_ref() else {
+            return Start::Kernel;
+        };
+        let events = fold.prelude(crate::ids::now_ms());
+        let at = st.folded;
+        let mut body = Vec::new();
+        for (k, ev) in events.iter().enumerate() {
+            let sub = (k + 1 < events.len()).then_some(k);
+            let json = serde_json::to_vec(ev).unwrap_or_default();
+            cursor::push_frame(&mut body, &cursor::format(&self.tag, at, sub), &json);
+        }
+        Start::Join(body, events.len(), at)
+    }
+
+    /// The frames after position `after` (which it advances), waiting up to `wait` for some.
+    pub(crate) fn next(&self, after: &mut u64, wait: Duration) -> Next {
+        let deadline = Instant::now() + wait;
+        let mut st = self.state.lock();
+        loop {
+            if st.evicted > *after {
+                return Next::Lagged;
+            }
+            if st.last > *after {
+                let mut body = Vec::new();
+                let mut count = 0;
+                let from = *after;
+                for (seq, frame) in st.frames.iter().filter(|(seq, _)| *seq > from) {
+                    body.extend_from_slice(frame);
+                    count += 1;
+                    *after = *seq;
+                }
+                return Next::Frames(body, count);
+            }
+            if st.ended.is_some() {
+                return Next::Done;
+            }
+            if self.changed.wait_until(&mut st, deadline).timed_out() {
+                return Next::Idle;
+            }
+        }
+    }
+}
+
+/// What one event adds to the fold: a delta's text, a whole event where the fold keeps the
+/// event (custom, activity, tool result, run start), else a span's ids and names (counted as a
+/// fixed 128 bytes, above what they take).
+fn fold_cost(ev: &Value, json_len: usize) -> usize {
+    match ev.get("type").and_then(Value::as_str) {
+        Some("TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" | "TOOL_CALL_ARGS") => {
+            ev.get("delta").and_then(Value::as_str).map_or(0, str::len)
+        }
+        Some("CUSTOM" | "ACTIVITY_SNAPSHOT" | "TOOL_CALL_RESULT" | "RUN_STARTED") => json_len,
+        _ => 128,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ids_of(body: &[u8]) -> Vec<String> {
+        String::from_utf8_lossy(body)
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: ").map(String::from))
+            .collect()
+    }
+
+    #[test]
+    fn a_held_cursor_resumes_exactly_and_an_evicted_one_joins() {
+        let feeds = Feeds::start(400, Duration::ZERO);
+        let feed = feeds.open("exec-1");
+        let first = feed.push(&[json!({"type": "RUN_STARTED", "runId": "r"})]);
+        let ids = ids_of(&first);
+        let more = feed
+            .push(&[json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})]);
+        let Start::Exact(mut after) = feed.attach(Some(&ids[0])) else {
+            panic!("the cursor is held")
+        };
+        let Next::Frames(body, 1) = feed.next(&mut after, Duration::ZERO) else {
+            panic!("one frame follows")
+        };
+        assert_eq!(body, more);
+        // Another execution's cursor, garbage, or none: a join opening with RUN_STARTED.
+        let other = cursor::format(&cursor::tag("exec-2"), 1, None);
+        for c in [Some(other.as_str()), Some("x.y.1"), None] {
+            let Start::Join(body, n, _) = feed.attach(c) else {
+                panic!("a join")
+            };
+            assert!(String::from_utf8_lossy(&body).contains("RUN_STARTED"));
+            assert_eq!(ids_of(&body).len(), n);
+        }
+        for _ in 0..10 {
+            feed.push(&[
+                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "0123456789"}),
+            ]);
+        }
+        assert!(matches!(feed.attach(Some(&ids[0])), Start::Join(..)));
+        let mut stale = after;
+        assert!(matches!(
+            feed.next(&mut stale, Duration::ZERO),
+            Next::Lagged
+        ));
+        feeds.ended("exec-1", &feed);
+        assert!(feeds.get("exec-1").is_none());
+    }
+
+    #[test]
+    fn a_turn_larger_than_the_cap_drops_its_fold_so_a_held_execution_stays_under_twice_the_cap() {
+        let cap = 4096;
+        let feeds = Feeds::start(cap, Duration::ZERO);
+        let feed = feeds.open("exec-big");
+        feed.push(&[
+            json!({"type": "RUN_STARTED", "runId": "r"}),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
+        ]);
+        let delta = "x".repeat(100);
+        for _ in 0..20 {
+            feed.push(&[json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta})]);
+        }
+        // 2,000 bytes of text: the fold still answers a join.
+        assert!(matches!(feed.attach(None), Start::Join(..)));
+        for _ in 0..1000 {
+            feed.push(&[json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta})]);
+        }
+        // 100 KB of text: the fold is gone, a join asks the kernel, and what is held is the ring.
+        assert!(matches!(feed.attach(None), Start::Kernel));
+        let (count, bytes) = feeds.held();
+        assert_eq!(count, 1);
+        assert!(bytes <= cap, "{bytes} bytes held for a cap of {cap}");
+    }
+}

@@ -1,0 +1,344 @@
+//! The turn so far, folded from the run's own events, so a join answers from what this process
+//! sent (same message ids, same text) instead of asking the kernel.
+//!
+//! A join is a run of its own: `RUN_STARTED`, the run's custom events (the session event a Stop
+//! needs), one `MESSAGES_SNAPSHOT` with every message that is closed, the latest activity
+//! snapshots, then every span still open re-opened (`STEP_STARTED`, `REASONING_START`,
+//! `*_START` followed by the content so far), so the live tail that follows continues them.
+
+use serde_json::{json, Map, Value};
+
+#[derive(Default)]
+pub(super) struct Fold {
+    pub(super) run_started: Option<Value>,
+    /// The user's message of a new turn (not an event: the run's input).
+    user: Option<Value>,
+    /// Custom events by name, latest kept, in first-seen order.
+    customs: Vec<(String, Value)>,
+    activities: Vec<(String, Value)>,
+    items: Vec<Item>,
+    steps: Vec<String>,
+    /// `REASONING_START` spans still open (message ids).
+    reasoning: Vec<String>,
+}
+
+enum Item {
+    Text {
+        id: String,
+        role: String,
+        content: String,
+        open: bool,
+    },
+    Reasoning {
+        id: String,
+        content: String,
+        open: bool,
+    },
+    Tool {
+        id: String,
+        name: String,
+        parent: Option<String>,
+        args: String,
+        open: bool,
+    },
+    Result(Value),
+}
+
+fn s(ev: &Value, key: &str) -> String {
+    ev.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+impl Fold {
+    pub(super) fn set_user(&mut self, message: Value) {
+        self.user = Some(message);
+    }
+
+    /// Takes one event in (everything but the run's end).
+    pub(super) fn apply(&mut self, ev: &Value) {
+        let ty = ev.get("type").and_then(Value::as_str).unwrap_or("");
+        let id = s(ev, "messageId");
+        match ty {
+            "RUN_STARTED" if self.run_started.is_none() => self.run_started = Some(ev.clone()),
+            "CUSTOM" => keep_latest(&mut self.customs, s(ev, "name"), ev),
+            "ACTIVITY_SNAPSHOT" => keep_latest(&mut self.activities, id, ev),
+            "TEXT_MESSAGE_START" => self.items.push(Item::Text {
+                id,
+                role: ev
+                    .get("role")
+                    .and_then(Value::as_str)
+                    .unwrap_or("assistant")
+                    .into(),
+                content: String::new(),
+                open: true,
+            }),
+            "REASONING_START" => self.reasoning.push(id),
+            "REASONING_END" => self.reasoning.retain(|r| *r != id),
+            "REASONING_MESSAGE_START" => self.items.push(Item::Reasoning {
+                id,
+                content: String::new(),
+                open: true,
+            }),
+            "TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" => {
+                if let Some(text) = self.text_mut(&id) {
+                    text.push_str(ev.get("delta").and_then(Value::as_str).unwrap_or(""));
+                }
+            }
+            "TEXT_MESSAGE_END" | "REASONING_MESSAGE_END" => self.close(&id, None),
+            "TOOL_CALL_START" => self.items.push(Item::Tool {
+                id: s(ev, "toolCallId"),
+                name: s(ev, "toolCallName"),
+                parent: ev
+                    .get("parentMessageId")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+                args: String::new(),
+                open: true,
+            }),
+            "TOOL_CALL_ARGS" => {
+                let call = s(ev, "toolCallId");
+                if let Some(Item::Tool { args, .. }) = self
+                    .items
+                    .iter_mut()
+                    .rev()
+                    .find(|i| matches!(i, Item::Tool { id, open: true, .. } if *id == call))
+                {
+                    args.push_str(ev.get("delta").and_then(Value::as_str).unwrap_or(""));
+                }
+            }
+            "TOOL_CALL_END" => self.close("", Some(&s(ev, "toolCallId"))),
+            "TOOL_CALL_RESULT" => self.items.push(Item::Result(ev.clone())),
+            "STEP_STARTED" => self.steps.push(s(ev, "stepName")),
+            "STEP_FINISHED" => {
+                let name = s(ev, "stepName");
+                if let Some(pos) = self.steps.iter().rposition(|n| *n == name) {
+                    self.steps.remove(pos);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn text_mut(&mut self, wanted: &str) -> Option<&mut String> {
+        self.items.iter_mut().rev().find_map(|i| match i {
+            Item::Text {
+                id, content, open, ..
+            }
+            | Item::Reasoning { id, content, open }
+                if *open && id == wanted =>
+            {
+                Some(content)
+            }
+            _ => None,
+        })
+    }
+
+    fn close(&mut self, message: &str, call: Option<&str>) {
+        for item in self.items.iter_mut().rev() {
+            match item {
+                Item::Text { id, open, .. } | Item::Reasoning { id, open, .. }
+                    if call.is_none() && *open && id == message =>
+                {
+                    *open = false;
+                    return;
+                }
+                Item::Tool { id, open, .. } if call == Some(id.as_str()) && *open => {
+                    *open = false;
+                    return;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The join's prelude: the events that bring a fresh client to where the run is now.
+    pub(super) fn prelude(&self, now_ms: u64) -> Vec<Value> {
+        let stamp = |mut ev: Value| {
+            ev["timestamp"] = json!(now_ms);
+            ev
+        };
+        let mut out = Vec::new();
+        if let Some(started) = &self.run_started {
+            out.push(started.clone());
+        }
+        out.extend(self.customs.iter().map(|(_, ev)| ev.clone()));
+        out.push(json!({"type": "MESSAGES_SNAPSHOT", "timestamp": now_ms,
+            "messages": self.closed_messages()}));
+        out.extend(self.activities.iter().map(|(_, ev)| stamp(ev.clone())));
+        for step in &self.steps {
+            out.push(json!({"type": "STEP_STARTED", "stepName": step, "timestamp": now_ms}));
+        }
+        for id in &self.reasoning {
+            out.push(json!({"type": "REASONING_START", "messageId": id, "timestamp": now_ms}));
+        }
+        for item in &self.items {
+            reopen(item, now_ms, &mut out);
+        }
+        out
+    }
+
+    /// Every message that is closed, as AG-UI messages (tool calls on their parent message).
+    fn closed_messages(&self) -> Vec<Value> {
+        let mut msgs: Vec<Value> = self.user.iter().cloned().collect();
+        for item in &self.items {
+            match item {
+                Item::Text {
+                    id,
+                    role,
+                    content,
+                    open: false,
+                } => msgs.push(json!({"id": id, "role": role, "content": content})),
+                Item::Reasoning {
+                    id,
+                    content,
+                    open: false,
+                } => msgs.push(json!({"id": id, "role": "reasoning", "content": content})),
+                Item::Tool {
+                    id,
+                    name,
+                    parent,
+                    args,
+                    open: false,
+                } => {
+                    let call = json!({"id": id, "type": "function",
+                        "function": {"name": name, "arguments": args}});
+                    let owner = parent.clone().unwrap_or_else(|| format!("tool-call-{id}"));
+                    let found = msgs
+                        .iter_mut()
+                        .rev()
+                        .find(|m| m["id"] == owner.as_str() && m["role"] == "assistant");
+                    match found {
+                        Some(m) => push_call(m, call),
+                        None => msgs
+                            .push(json!({"id": owner, "role": "assistant", "toolCalls": [call]})),
+                    }
+                }
+                Item::Result(ev) => msgs.push(json!({
+                    "id": ev["messageId"], "role": "tool",
+                    "toolCallId": ev["toolCallId"], "content": ev["content"]})),
+                _ => {}
+            }
+        }
+        msgs
+    }
+}
+
+fn keep_latest(list: &mut Vec<(String, Value)>, key: String, ev: &Value) {
+    match list.iter_mut().find(|(k, _)| *k == key) {
+        Some(slot) => slot.1 = ev.clone(),
+        None => list.push((key, ev.clone())),
+    }
+}
+
+fn push_call(message: &mut Value, call: Value) {
+    let obj: &mut Map<String, Value> = message.as_object_mut().expect("a message object");
+    match obj.get_mut("toolCalls").and_then(Value::as_array_mut) {
+        Some(calls) => calls.push(call),
+        None => {
+            obj.insert("toolCalls".into(), json!([call]));
+        }
+    }
+}
+
+/// An open span as a fresh client needs it: its start, then what it holds so far.
+fn reopen(item: &Item, now_ms: u64, out: &mut Vec<Value>) {
+    let (start, content) = match item {
+        Item::Text {
+            id,
+            role,
+            content,
+            open: true,
+        } => (
+            json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": role}),
+            (!content.is_empty()).then(
+                || json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": content}),
+            ),
+        ),
+        Item::Reasoning {
+            id,
+            content,
+            open: true,
+        } => (
+            json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
+            (!content.is_empty()).then(
+                || json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": id, "delta": content}),
+            ),
+        ),
+        Item::Tool {
+            id,
+            name,
+            parent,
+            args,
+            open: true,
+        } => {
+            let mut start =
+                json!({"type": "TOOL_CALL_START", "toolCallId": id, "toolCallName": name});
+            if let Some(p) = parent {
+                start["parentMessageId"] = json!(p);
+            }
+            let args = (!args.is_empty())
+                .then(|| json!({"type": "TOOL_CALL_ARGS", "toolCallId": id, "delta": args}));
+            (start, args)
+        }
+        _ => return,
+    };
+    for mut ev in std::iter::once(start).chain(content) {
+        ev["timestamp"] = json!(now_ms);
+        out.push(ev);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn types(evs: &[Value]) -> Vec<&str> {
+        evs.iter().map(|e| e["type"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_join_snapshots_closed_messages_and_reopens_open_spans_with_their_content() {
+        let mut f = Fold::default();
+        for ev in [
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+            json!({"type": "CUSTOM", "name": "iac-code.session.v1", "value": {}}),
+            json!({"type": "STEP_STARTED", "stepName": "step:a"}),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "Hi "}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "there"}),
+            json!({"type": "TEXT_MESSAGE_END", "messageId": "m1"}),
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "write", "parentMessageId": "m1"}),
+            json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{\"a\":1}"}),
+            json!({"type": "TOOL_CALL_END", "toolCallId": "c1"}),
+            json!({"type": "TOOL_CALL_RESULT", "messageId": "r1", "toolCallId": "c1", "content": "ok", "role": "tool"}),
+            json!({"type": "REASONING_START", "messageId": "x1"}),
+            json!({"type": "REASONING_MESSAGE_START", "messageId": "x1", "role": "reasoning"}),
+            json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "x1", "delta": "hmm"}),
+        ] {
+            f.apply(&ev);
+        }
+        let p = f.prelude(7);
+        assert_eq!(
+            types(&p),
+            [
+                "RUN_STARTED",
+                "CUSTOM",
+                "MESSAGES_SNAPSHOT",
+                "STEP_STARTED",
+                "REASONING_START",
+                "REASONING_MESSAGE_START",
+                "REASONING_MESSAGE_CONTENT"
+            ]
+        );
+        assert_eq!(
+            p[2]["messages"],
+            json!([
+                {"id": "m1", "role": "assistant", "content": "Hi there", "toolCalls": [
+                    {"id": "c1", "type": "function", "function": {"name": "write", "arguments": "{\"a\":1}"}}]},
+                {"id": "r1", "role": "tool", "toolCallId": "c1", "content": "ok"}])
+        );
+        assert_eq!(p[6]["delta"], "hmm");
+    }
+}
