@@ -374,6 +374,10 @@ fn answer_text(input: &Value, payload: &Value) -> String {
         let index = standard_options(input).iter().position(|(o, _)| o == id)?;
         input.get("options")?.as_array()?.get(index).cloned()
     });
+    // The kernel's own encoding (`iac_code/pipeline/engine/ui_contract.py`,
+    // `encode_deployment_confirmation`): `{"action", "parameter_overrides"?}` as JSON text, which
+    // `parse_deployment_confirmation` reads back (actions confirm/adjust/reselect/cancel) in
+    // `pipeline_runner.py`; free text goes as it is, which the kernel hands to the LLM.
     if kind == Kind::DeploymentConfirmation {
         let action = option
             .as_ref()
