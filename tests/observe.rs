@@ -398,6 +398,16 @@ fn the_lookup_and_subscribe_routes_are_bearer_protected() {
 
 // ---- CORS ----------------------------------------------------------------------------------
 
+/// `POST /` of a plain turn on `thread` from a page of `origin`.
+fn post_from(a: &Adapter, origin: &str, thread: &str) -> ureq::http::Response<ureq::Body> {
+    agent()
+        .post(format!("{}/", a.url))
+        .header("Origin", origin)
+        .header("Content-Type", "application/json")
+        .send(serde_json::to_vec(&a.request(thread, "r1", "hello")).unwrap())
+        .unwrap()
+}
+
 fn preflight(a: &Adapter, path: &str, origin: &str) -> ureq::http::Response<ureq::Body> {
     agent()
         .options(format!("{}{path}", a.url))
@@ -450,24 +460,14 @@ fn an_allowed_origin_gets_answered_preflights_and_cors_headers_on_every_answer()
         assert!(header(&r, "access-control-max-age").is_some());
     }
     // The stream and an error answer both carry the origin, so the page can read them.
-    let resp = agent()
-        .post(format!("{}/", a.url))
-        .header("Origin", "http://console.test:8080")
-        .header("Content-Type", "application/json")
-        .send(serde_json::to_vec(&a.request("t-cors", "r1", "hello")).unwrap())
-        .unwrap();
+    let resp = post_from(&a, "http://console.test:8080", "t-cors");
     assert_eq!(
         header(&resp, "access-control-allow-origin").as_deref(),
         Some("http://console.test:8080")
     );
     let r = read_result(resp);
     assert_eq!(r.last()["outcome"]["type"], "success");
-    let resp = agent()
-        .post(format!("{}/", a.url))
-        .header("Origin", "http://console.test:8080")
-        .header("Content-Type", "application/json")
-        .send(serde_json::to_vec(&a.request("t-cors", "r1", "hello")).unwrap())
-        .unwrap();
+    let resp = post_from(&a, "http://console.test:8080", "t-cors");
     assert_eq!(resp.status(), 409);
     assert_eq!(
         header(&resp, "access-control-allow-origin").as_deref(),
@@ -482,23 +482,13 @@ fn a_disallowed_origin_gets_no_cors_headers_and_no_run() {
     let r = preflight(&a, "/", "http://evil.test");
     assert_eq!(r.status(), 403);
     assert_eq!(header(&r, "access-control-allow-origin"), None);
-    let resp = agent()
-        .post(format!("{}/", a.url))
-        .header("Origin", "http://evil.test")
-        .header("Content-Type", "application/json")
-        .send(serde_json::to_vec(&a.request("t-evil", "r1", "hello")).unwrap())
-        .unwrap();
+    let resp = post_from(&a, "http://evil.test", "t-evil");
     assert_eq!(resp.status(), 403);
     assert_eq!(header(&resp, "access-control-allow-origin"), None);
     assert!(k.calls("SendStreamingMessage").is_empty(), "no run started");
     // The page's own origin (Origin names the Host it was sent to) needs no CORS at all.
     let host = a.url.trim_start_matches("http://").to_string();
-    let resp = agent()
-        .post(format!("{}/", a.url))
-        .header("Origin", &format!("http://{host}"))
-        .header("Content-Type", "application/json")
-        .send(serde_json::to_vec(&a.request("t-same", "r1", "hello")).unwrap())
-        .unwrap();
+    let resp = post_from(&a, &format!("http://{host}"), "t-same");
     assert_eq!(resp.status(), 200);
     assert_eq!(header(&resp, "access-control-allow-origin"), None);
     let _ = resp.into_body().into_reader().read_to_end(&mut Vec::new());

@@ -62,7 +62,7 @@ impl RunNumbers {
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
-    support::raise_fd_limit();
+    procfs::raise_own_nofile();
     let started = Instant::now();
     let bench_mark = cpu_mark();
     let mut mark = bench_mark;

@@ -13,31 +13,12 @@ pub(crate) fn proc_status(pid: u32, key: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// User + system CPU time of `pid`, in seconds.
-pub(crate) fn cpu_secs(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    let rest: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|r| r.1)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    // utime and stime are fields 14 and 15; `rest` starts at field 3.
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|&i| rest.get(i)?.parse::<f64>().ok())
-        .sum();
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-}
+// The readers the tests use as well: one copy, in tests/common/raw.rs.
+pub(crate) use raw::{cpu_secs, fd_count, raise_own_nofile};
 
-pub(crate) fn fd_count(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count() as u64)
-        .unwrap_or(0)
-}
+#[allow(dead_code, unreachable_pub)] // the raw-socket helpers of the tests; only /proc is read here
+#[path = "../../tests/common/raw.rs"]
+mod raw;
 
 /// Resident memory of `pid` grouped by mapping kind (anonymous mappings by permission and size, so
 /// that thread stacks and malloc arenas show up as groups), largest first.

@@ -88,17 +88,3 @@ pub(crate) fn sh(cmd: &str, args: &[&str]) -> String {
 pub(crate) fn uuid(a: u32, b: u64) -> String {
     format!("{a:08x}-0000-4000-8000-{b:012x}")
 }
-
-pub(crate) fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit on a local struct.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}

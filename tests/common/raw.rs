@@ -327,9 +327,9 @@ pub fn cpu_secs(pid: u32) -> f64 {
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
-pub fn fd_count(pid: u32) -> usize {
+pub fn fd_count(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
+        .map(|d| d.count() as u64)
         .unwrap_or(0)
 }
 
