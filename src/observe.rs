@@ -248,9 +248,14 @@ pub(crate) fn admit_observer(
     let live = active.filter(|a| a.execution_id == execution_id);
     let waiting =
         (live.is_none() && !exec.pending.is_empty()).then(|| pending_interrupts(&doc, lang));
+    // A run a killed adapter left streaming: the kernel's task runs on without a client (the
+    // A2A SDK keeps consuming it in the background), so it is followed there, as a live one is.
+    let left_running = live.is_none()
+        && exec.pending.is_empty()
+        && !doc.terminal_execution_ids.contains(&exec.execution_id);
     let task_id = match (&live, &exec.task_id) {
         (Some(a), _) => wait_for_task(a).ok_or_else(not_found)?,
-        (None, Some(t)) if waiting.is_some() => t.clone(),
+        (None, Some(t)) if waiting.is_some() || left_running => t.clone(),
         // Ended (or never started upstream): nothing to observe, as in the reference.
         _ => return Err(not_found()),
     };

@@ -2067,8 +2067,38 @@ def scenario_r(sc: Scenario, env: Env):
     sc.expect(st.ended and (st.events[-1].get("outcome") or {"type": "success"}).get("type")
               == "success", f"resume after the restart's join: {compact_tokens(st.events)}")
     sc.note(f"restart between cut and re-attach: {compact_tokens(again.events)}, then resumed")
+    child, port = killed_mid_stream(sc, env, child, port, cwd)
     proxy_cap_check(sc, port, cwd)
     child.kill()
+
+
+def killed_mid_stream(sc, env: Env, child, port: int, cwd: str):
+    """The adapter dies while a run still streams (no interrupt yet): the kernel's task runs on
+    without a client, so after the restart the old cursor gets a join from the kernel, the turn
+    so far and then the live rest to its end; the thread's next turn then runs."""
+    thread, run, ros = ids("ours-rk")
+    slow = f"Describe a VPC template. [[pace=0.4]] [[cwd={cwd}]]"
+    first = read_frames(port, "/", run_input(thread, run, ros, cwd, slow), cut_after=4)
+    sc.require(len(first.frames) == 4, f"killed mid-stream: the run did not start: {first.body}")
+    execution = (first.frames[1][1].get("value") or {}).get("executionId")
+    child.kill(signal.SIGKILL, grace=5)
+    CHILDREN.remove(child)
+    child, port = restart_grace_adapter(env, port)
+    again = read_frames(port, SUBSCRIBE.format(execution), observe_body(thread, run, ros),
+                        first.frames[-1][0])
+    sc.expect(again.status == 200 and again.resume == "join",
+              f"killed mid-stream: HTTP {again.status} X-AGUI-Resume {again.resume} {again.body}")
+    sc.require(again.ended and again.events[-1].get("type") == "RUN_FINISHED",
+               f"killed mid-stream: the join did not reach the end: {compact_tokens(again.events)}")
+    sc.expect(joined_text(again.events).split() == LLM_TEXT.split(),
+              f"killed mid-stream: joined text {joined_text(again.events)!r}")
+    verify_with_client(sc, again.events, "join after a restart mid-stream", env)
+    run2 = f"run-{uuid.uuid4()}"
+    st = read_frames(port, "/", run_input(thread, run2, ros, cwd, text_prompt(cwd)))
+    sc.expect(st.ended and (st.events[-1].get("outcome") or {"type": "success"}).get("type")
+              == "success", f"killed mid-stream: the next turn: {compact_tokens(st.events)}")
+    sc.note(f"killed mid-stream, joined after the restart: {compact_tokens(again.events)}")
+    return child, port
 
 
 def cut_pipeline(sc, env: Env, port: int) -> None:
