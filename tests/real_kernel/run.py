@@ -2048,13 +2048,9 @@ def scenario_r(sc: Scenario, env: Env):
             break
         time.sleep(0.1)
     sc.require(waiting is not None, "restart: the detached run never reached its interrupt")
-    child.kill(signal.SIGKILL, grace=5)
-    CHILDREN.remove(child)
-    child, port = restart_grace_adapter(env, port)
-    again = read_frames(port, SUBSCRIBE.format(execution), observe_body(thread, run, ros),
-                        first.frames[-1][0])
-    sc.expect(again.status == 200 and again.resume == "join",
-              f"after a restart: HTTP {again.status} X-AGUI-Resume {again.resume} {again.body}")
+    child, port, again = rejoin_after_restart(sc, env, child, port, execution,
+                                              observe_body(thread, run, ros),
+                                              first.frames[-1][0], "after a restart")
     sc.require(again.ended and (again.events[-1].get("outcome") or {}).get("type") == "interrupt",
                f"after a restart: {compact_tokens(again.events)}")
     sc.expect(again.events[-1]["outcome"]["interrupts"] == waiting.get("interrupts"),
@@ -2072,6 +2068,19 @@ def scenario_r(sc: Scenario, env: Env):
     child.kill()
 
 
+def rejoin_after_restart(sc, env: Env, child, port: int, execution: str, body: dict,
+                         cursor: str, label: str):
+    """SIGKILLs the grace adapter, restarts it on its state dir and re-attaches with the cursor
+    of the process that died: the answer must be a join."""
+    child.kill(signal.SIGKILL, grace=5)
+    CHILDREN.remove(child)
+    child, port = restart_grace_adapter(env, port)
+    again = read_frames(port, SUBSCRIBE.format(execution), body, cursor)
+    sc.expect(again.status == 200 and again.resume == "join",
+              f"{label}: HTTP {again.status} X-AGUI-Resume {again.resume} {again.body}")
+    return child, port, again
+
+
 def killed_mid_stream(sc, env: Env, child, port: int, cwd: str):
     """The adapter dies while a run still streams (no interrupt yet): the kernel's task runs on
     without a client, so after the restart the old cursor gets a join from the kernel, the turn
@@ -2081,13 +2090,9 @@ def killed_mid_stream(sc, env: Env, child, port: int, cwd: str):
     first = read_frames(port, "/", run_input(thread, run, ros, cwd, slow), cut_after=4)
     sc.require(len(first.frames) == 4, f"killed mid-stream: the run did not start: {first.body}")
     execution = (first.frames[1][1].get("value") or {}).get("executionId")
-    child.kill(signal.SIGKILL, grace=5)
-    CHILDREN.remove(child)
-    child, port = restart_grace_adapter(env, port)
-    again = read_frames(port, SUBSCRIBE.format(execution), observe_body(thread, run, ros),
-                        first.frames[-1][0])
-    sc.expect(again.status == 200 and again.resume == "join",
-              f"killed mid-stream: HTTP {again.status} X-AGUI-Resume {again.resume} {again.body}")
+    child, port, again = rejoin_after_restart(sc, env, child, port, execution,
+                                              observe_body(thread, run, ros),
+                                              first.frames[-1][0], "killed mid-stream")
     sc.require(again.ended and again.events[-1].get("type") == "RUN_FINISHED",
                f"killed mid-stream: the join did not reach the end: {compact_tokens(again.events)}")
     sc.expect(joined_text(again.events).split() == LLM_TEXT.split(),
