@@ -18,6 +18,7 @@ use crate::stream::cursor;
 use fold::Fold;
 use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -198,9 +199,6 @@ impl Feed {
             let seq = cursor::next_seq();
             let start = body.len();
             cursor::push_frame(&mut body, &cursor::format(&self.tag, seq, None), json);
-            // The fold reads events as values: parsed back here (the issue-13 hot path writes
-            // JSON straight; folding from that JSON without a tree is still to do).
-            let ev: Value = serde_json::from_slice(json).unwrap_or_default();
             let frame: Arc<[u8]> = body[start..].into();
             st.bytes += frame.len();
             st.frames.push_back((seq, frame));
@@ -208,12 +206,7 @@ impl Feed {
                 st.first = seq;
             }
             st.last = seq;
-            let ty = ev.get("type").and_then(Value::as_str);
-            if !matches!(ty, Some("RUN_FINISHED" | "RUN_ERROR")) {
-                if let Some(fold) = st.fold.as_mut() {
-                    fold.apply(&ev);
-                }
-                st.fold_bytes += fold_cost(&ev, json.len());
+            if fold_event(&mut st, json) {
                 st.folded = seq;
             }
         });
@@ -338,14 +331,47 @@ impl Feed {
 /// What one event adds to the fold: a delta's text, a whole event where the fold keeps the
 /// event (custom, activity, tool result, run start), else a span's ids and names (counted as a
 /// fixed 128 bytes, above what they take).
-fn fold_cost(ev: &Value, json_len: usize) -> usize {
-    match ev.get("type").and_then(Value::as_str) {
-        Some("TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" | "TOOL_CALL_ARGS") => {
-            ev.get("delta").and_then(Value::as_str).map_or(0, str::len)
-        }
-        Some("CUSTOM" | "ACTIVITY_SNAPSHOT" | "TOOL_CALL_RESULT" | "RUN_STARTED") => json_len,
-        _ => 128,
+/// Folds one event into the turn kept for a join (while there is one) and counts what that
+/// holds; `false` for the events a join never folds (the run's end: a join ends with its own).
+/// The deltas, most of a stream, are read through a borrowed view of their JSON (no tree, no
+/// copy but the text appended); other events are parsed whole.
+fn fold_event(st: &mut State, json: &[u8]) -> bool {
+    let view = serde_json::from_slice::<EventView>(json).ok();
+    let kind = view.as_ref().map_or("", |v| v.kind);
+    if matches!(kind, "RUN_FINISHED" | "RUN_ERROR") {
+        return false;
     }
+    let Some(fold) = st.fold.as_mut() else {
+        return true;
+    };
+    if let Some((view, delta_kind)) = view.as_ref().zip(fold::DeltaKind::of(kind)) {
+        if let Some(delta) = &view.delta {
+            let id = view.tool_call_id.as_deref().or(view.message_id.as_deref());
+            fold.apply_delta(delta_kind, id.unwrap_or(""), delta);
+            st.fold_bytes += delta.len();
+            return true;
+        }
+    }
+    let ev: Value = serde_json::from_slice(json).unwrap_or_default();
+    fold.apply(&ev);
+    st.fold_bytes += match kind {
+        "CUSTOM" | "ACTIVITY_SNAPSHOT" | "TOOL_CALL_RESULT" | "RUN_STARTED" => json.len(),
+        _ => 128,
+    };
+    true
+}
+
+/// The fields of an event the fold reads without a `Value` (what else it has is skipped).
+#[derive(serde::Deserialize)]
+struct EventView<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: &'a str,
+    #[serde(rename = "messageId", borrow, default)]
+    message_id: Option<Cow<'a, str>>,
+    #[serde(rename = "toolCallId", borrow, default)]
+    tool_call_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    delta: Option<Cow<'a, str>>,
 }
 
 #[cfg(test)]
@@ -422,5 +448,45 @@ mod tests {
         let (count, bytes) = feeds.held();
         assert_eq!(count, 1);
         assert!(bytes <= cap, "{bytes} bytes held for a cap of {cap}");
+    }
+
+    #[test]
+    fn a_join_carries_the_text_and_tool_arguments_streamed_so_far_and_not_the_end() {
+        let feeds = Feeds::start(1 << 20, Duration::ZERO);
+        let feed = feeds.open("exec-fold");
+        feed.push(&[
+            json!({"type": "RUN_STARTED", "runId": "r"}),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "Hel"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "lo \"w\"\n"}),
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "write_file"}),
+            json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{\"pa"}),
+            json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "th\":1}"}),
+            json!({"type": "RUN_FINISHED", "runId": "r"}),
+        ]);
+        let Start::Join(body, _, _) = feed.attach(None) else {
+            panic!("a join")
+        };
+        let events: Vec<Value> = String::from_utf8_lossy(&body)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l.strip_prefix("data: ")?).ok())
+            .collect();
+        let text: String = events
+            .iter()
+            .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+            .filter_map(|e| e["delta"].as_str())
+            .collect();
+        let args: String = events
+            .iter()
+            .filter(|e| e["type"] == "TOOL_CALL_ARGS")
+            .filter_map(|e| e["delta"].as_str())
+            .collect();
+        // Both are still open: re-opened with everything streamed so far, escapes intact.
+        assert_eq!(text, "Hello \"w\"\n", "{events:?}");
+        assert_eq!(args, "{\"path\":1}", "{events:?}");
+        assert!(
+            events.iter().all(|e| e["type"] != "RUN_FINISHED"),
+            "{events:?}"
+        );
     }
 }

@@ -81,9 +81,11 @@ impl Fold {
                 content: String::new(),
                 open: true,
             }),
-            "TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" => {
-                if let Some(text) = self.text_mut(&id) {
-                    text.push_str(ev.get("delta").and_then(Value::as_str).unwrap_or(""));
+            "TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" | "TOOL_CALL_ARGS" => {
+                if let Some(kind) = DeltaKind::of(ty) {
+                    let id = ev.get("toolCallId").and_then(Value::as_str).unwrap_or(&id);
+                    let delta = ev.get("delta").and_then(Value::as_str).unwrap_or("");
+                    self.apply_delta(kind, id, delta);
                 }
             }
             "TEXT_MESSAGE_END" | "REASONING_MESSAGE_END" => self.close(&id, None),
@@ -97,17 +99,6 @@ impl Fold {
                 args: String::new(),
                 open: true,
             }),
-            "TOOL_CALL_ARGS" => {
-                let call = s(ev, "toolCallId");
-                if let Some(Item::Tool { args, .. }) = self
-                    .items
-                    .iter_mut()
-                    .rev()
-                    .find(|i| matches!(i, Item::Tool { id, open: true, .. } if *id == call))
-                {
-                    args.push_str(ev.get("delta").and_then(Value::as_str).unwrap_or(""));
-                }
-            }
             "TOOL_CALL_END" => self.close("", Some(&s(ev, "toolCallId"))),
             "TOOL_CALL_RESULT" => self.items.push(Item::Result(ev.clone())),
             "STEP_STARTED" => self.steps.push(s(ev, "stepName")),
@@ -118,6 +109,25 @@ impl Fold {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A text, reasoning or tool-argument delta for the open message or call `id`.
+    pub(super) fn apply_delta(&mut self, kind: DeltaKind, id: &str, delta: &str) {
+        let target = match kind {
+            DeltaKind::Text => self.text_mut(id),
+            DeltaKind::ToolArgs => self.items.iter_mut().rev().find_map(|i| match i {
+                Item::Tool {
+                    id: call,
+                    args,
+                    open: true,
+                    ..
+                } if call == id => Some(args),
+                _ => None,
+            }),
+        };
+        if let Some(target) = target {
+            target.push_str(delta);
         }
     }
 
@@ -340,5 +350,24 @@ mod tests {
                 {"id": "r1", "role": "tool", "toolCallId": "c1", "content": "ok"}])
         );
         assert_eq!(p[6]["delta"], "hmm");
+    }
+}
+
+/// The delta events, which the feed folds without parsing them into a `Value`.
+#[derive(Clone, Copy)]
+pub(super) enum DeltaKind {
+    /// `TEXT_MESSAGE_CONTENT` or `REASONING_MESSAGE_CONTENT` (by `messageId`).
+    Text,
+    /// `TOOL_CALL_ARGS` (by `toolCallId`).
+    ToolArgs,
+}
+
+impl DeltaKind {
+    pub(super) fn of(event_type: &str) -> Option<DeltaKind> {
+        match event_type {
+            "TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" => Some(DeltaKind::Text),
+            "TOOL_CALL_ARGS" => Some(DeltaKind::ToolArgs),
+            _ => None,
+        }
     }
 }
