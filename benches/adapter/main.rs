@@ -12,6 +12,7 @@
 
 mod clients;
 mod figures;
+mod mini_kernel;
 mod procfs;
 mod report;
 mod server;
@@ -20,8 +21,10 @@ mod support;
 use fake_kernel::{FakeKernel, Step};
 use figures::footprint::static_binary;
 use figures::held_runs::held_runs;
+use figures::kernel_limit::kernel_limit;
 use figures::latency::{latency, latency_script};
 use figures::reference::{reference_section, Figures};
+use figures::run_latency::{run_latency, start_script, START_SCRIPT};
 use figures::startup::startup_figure;
 use figures::throughput::throughput;
 use procfs::{cpu_mark, other_cpu, CpuMark};
@@ -74,8 +77,16 @@ fn main() {
     let ours = Impl::Ours(std::env::var("BENCH_ADAPTER_BIN").unwrap_or_else(|_| BIN.to_string()));
     let mut rep = Report::default();
     let mut runs = RunNumbers::default();
-    if std::env::var("BENCH_ONLY").as_deref() == Ok("frames") {
-        frames_section(&mut rep, &ours, &kernel.url, &root, &mut runs);
+    // BENCH_ONLY=<name>: one figure alone (frames = 6, limit = 7, start = 8).
+    let only = std::env::var("BENCH_ONLY").ok();
+    if let Some(only) = only.as_deref() {
+        match only {
+            "frames" => frames_section(&mut rep, &ours, &kernel.url, &root, &mut runs),
+            "limit" => kernel_limit(&mut rep, &ours, &root, &mut runs),
+            "start" => run_latency(&mut rep, &ours, &kernel, &mut runs),
+            other => panic!("BENCH_ONLY={other}: not a figure (frames, limit, start)"),
+        }
+        rep.line(format!("\nDuring this section {}.\n", other_cpu(&mark)));
         report::write(&rep, started, &bench_mark);
         let _ = std::fs::remove_dir_all(&root);
         return;
@@ -121,6 +132,14 @@ fn main() {
 
     eprintln!("[bench] 6. frame sets");
     frames_section(&mut rep, &ours, &kernel.url, &root, &mut runs);
+    end_section(&mut rep, &mut mark);
+
+    eprintln!("[bench] 7. the kernel-read-directly limit");
+    kernel_limit(&mut rep, &ours, &root, &mut runs);
+    end_section(&mut rep, &mut mark);
+
+    eprintln!("[bench] 8. start and resume latency");
+    run_latency(&mut rep, &ours, &kernel, &mut runs);
     rep.line(format!("\nDuring this section {}.\n", other_cpu(&mark)));
 
     report::write(&rep, started, &bench_mark);
@@ -155,6 +174,7 @@ fn start_kernel() -> FakeKernel {
     let kernel = FakeKernel::start();
     figures::frames::register(&kernel);
     kernel.script("bench-latency", latency_script());
+    kernel.script(START_SCRIPT, start_script());
     kernel.script(
         "bench-hold",
         vec![

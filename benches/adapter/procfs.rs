@@ -114,9 +114,17 @@ pub(crate) fn other_cpu(m: &CpuMark) -> String {
     let cap = now.at.duration_since(m.at).as_secs_f64() * ncpu();
     let other = ((now.busy - m.busy) - (now.ours - m.ours)).max(0.0);
     format!(
-        "{:.0}% of the machine's CPU went to other processes, {:.0}% to this bench (fake kernel, clients, adapter), {:.0}% was stolen by the hypervisor",
+        "{:.0}% of the machine's CPU went to other processes, {:.0}% to this bench (fake kernel, clients, adapter), {:.0}% was stolen by the hypervisor; load average at its end {}",
         other / cap * 100.0,
         (now.ours - m.ours) / cap * 100.0,
-        (now.steal - m.steal) / cap * 100.0
+        (now.steal - m.steal) / cap * 100.0,
+        loadavg()
     )
+}
+
+/// The 1, 5 and 15 minute load averages, as /proc/loadavg gives them.
+pub(crate) fn loadavg() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let v: Vec<&str> = text.split_whitespace().take(3).collect();
+    v.join(" / ")
 }

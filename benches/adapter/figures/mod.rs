@@ -4,7 +4,9 @@
 pub(crate) mod footprint;
 pub(crate) mod frames;
 pub(crate) mod held_runs;
+pub(crate) mod kernel_limit;
 pub(crate) mod latency;
 pub(crate) mod reference;
+pub(crate) mod run_latency;
 pub(crate) mod startup;
 pub(crate) mod throughput;

@@ -98,8 +98,11 @@ fn serve(state: &Arc<State>, conn: TcpStream) -> std::io::Result<()> {
     }
 }
 
-/// Keeps the request, with the headers the kernel checks, for `FakeKernel::requests`.
+/// Keeps the request, with the headers the kernel checks and its arrival time (`atUs`, on
+/// [`crate::clock_us`]; the benches time the adapters' upstream calls with it), for
+/// `FakeKernel::requests`.
 fn record(state: &State, req: &Req, body: &Value) {
+    let at = crate::clock_us();
     let mut headers = json!({});
     for k in ["a2a-version", "authorization", "content-type", "accept"] {
         if let Some(v) = req.headers.get(k) {
@@ -107,7 +110,7 @@ fn record(state: &State, req: &Req, body: &Value) {
         }
     }
     state.requests.lock().unwrap().push(json!({
-        "method": req.method, "path": req.path, "headers": headers, "body": body
+        "method": req.method, "path": req.path, "headers": headers, "body": body, "atUs": at
     }));
 }
 

@@ -38,6 +38,16 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+/// Microseconds on a monotonic clock shared by everything in this process (its zero is the first
+/// call): the time each request arrived (`atUs` in [`FakeKernel::requests`]), comparable with the
+/// timestamps a bench takes on the same clock.
+pub fn clock_us() -> u64 {
+    static ZERO: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    ZERO.get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_micros() as u64
+}
+
 /// The steps that follow an input wait, picked by the answer.
 #[derive(Clone)]
 struct Continuation {
@@ -164,6 +174,17 @@ impl FakeKernel {
     /// Every request received: `{method, path, headers, body}`.
     pub fn requests(&self) -> Vec<Value> {
         self.state.requests.lock().unwrap().clone()
+    }
+
+    /// The requests received after the first `n` (cheaper than `requests` on a long run).
+    pub fn requests_since(&self, n: usize) -> Vec<Value> {
+        let all = self.state.requests.lock().unwrap();
+        all.get(n..).unwrap_or_default().to_vec()
+    }
+
+    /// How many requests were received so far.
+    pub fn request_count(&self) -> usize {
+        self.state.requests.lock().unwrap().len()
     }
 
     /// JSON-RPC calls of `method`, in order.
