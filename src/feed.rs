@@ -12,14 +12,15 @@
 //! dropped once its run ended and the grace ran out (at once with a grace of 0).
 
 mod fold;
+mod ring;
 
 use crate::projection::Serialized;
 use crate::stream::cursor;
 use fold::Fold;
 use parking_lot::{Condvar, Mutex};
+use ring::Ring;
 use serde_json::Value;
-use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,14 +44,8 @@ pub struct Feed {
 }
 
 struct State {
-    frames: VecDeque<(u64, Arc<[u8]>)>,
-    bytes: usize,
+    ring: Ring,
     cap: usize,
-    /// The first position of this run (0: none yet); cursors before it are another run's.
-    first: u64,
-    last: u64,
-    /// The newest position dropped for the cap: a cursor before it is no longer held.
-    evicted: u64,
     /// The position the fold stands for (the newest event that is not the run's end).
     folded: u64,
     /// The turn so far, for a join; `None` once the events folded into it outgrew the cap, so
@@ -109,12 +104,8 @@ impl Feeds {
             tag: cursor::tag(execution_id),
             grace: self.grace,
             state: Mutex::new(State {
-                frames: VecDeque::new(),
-                bytes: 0,
+                ring: Ring::new(self.cap),
                 cap: self.cap,
-                first: 0,
-                last: 0,
-                evicted: 0,
                 folded: 0,
                 fold: Some(Fold::default()),
                 fold_bytes: 0,
@@ -161,7 +152,7 @@ impl Feeds {
             .values()
             .map(|f| {
                 let st = f.state.lock();
-                st.bytes + st.fold.as_ref().map_or(0, |_| st.fold_bytes)
+                st.ring.bytes + st.fold.as_ref().map_or(0, |_| st.fold_bytes)
             })
             .sum();
         (map.len(), bytes)
@@ -194,18 +185,20 @@ impl Feed {
     /// Numbers `events`, keeps them (dropping the oldest beyond the cap) and returns their frames.
     pub fn push(&self, events: &(impl Serialized + ?Sized)) -> Vec<u8> {
         let mut body = Vec::with_capacity(256 * events.count());
+        self.push_into(events, &mut body);
+        body
+    }
+
+    /// [`Feed::push`] into the caller's buffer (cleared first): a run reuses one, so a frame
+    /// costs no allocation.
+    pub fn push_into(&self, events: &(impl Serialized + ?Sized), body: &mut Vec<u8>) {
+        body.clear();
         let mut st = self.state.lock();
         events.each_json(&mut |json| {
             let seq = cursor::next_seq();
             let start = body.len();
-            cursor::push_frame(&mut body, &cursor::format(&self.tag, seq, None), json);
-            let frame: Arc<[u8]> = body[start..].into();
-            st.bytes += frame.len();
-            st.frames.push_back((seq, frame));
-            if st.first == 0 {
-                st.first = seq;
-            }
-            st.last = seq;
+            cursor::push_frame(body, (&self.tag, seq, None), json);
+            st.ring.push(seq, &body[start..]);
             if fold_event(&mut st, json) {
                 st.folded = seq;
             }
@@ -214,15 +207,8 @@ impl Feed {
             log::info!("the turn outgrew the replay buffer cap; a join will ask the kernel");
             st.fold = None;
         }
-        while st.bytes > st.cap && st.frames.len() > 1 {
-            if let Some((seq, frame)) = st.frames.pop_front() {
-                st.bytes -= frame.len();
-                st.evicted = seq;
-            }
-        }
         drop(st);
         self.changed.notify_all();
-        body
     }
 
     fn end(&self) {
@@ -275,7 +261,11 @@ impl Feed {
         let mut st = self.state.lock();
         st.watchers += 1;
         let held = last_event_id.and_then(cursor::parse).filter(|(tag, seq)| {
-            *tag == self.tag && st.first > 0 && *seq >= st.first.max(st.evicted) && *seq <= st.last
+            let ring = &st.ring;
+            *tag == self.tag
+                && ring.first > 0
+                && *seq >= ring.first.max(ring.evicted)
+                && *seq <= ring.last
         });
         if let Some((_, seq)) = held {
             return Start::Exact(seq);
@@ -294,7 +284,7 @@ impl Feed {
         for (k, ev) in events.iter().enumerate() {
             let sub = (k + 1 < events.len()).then_some(k);
             let json = serde_json::to_vec(ev).unwrap_or_default();
-            cursor::push_frame(&mut body, &cursor::format(&self.tag, at, sub), &json);
+            cursor::push_frame(&mut body, (&self.tag, at, sub), &json);
         }
         Start::Join(body, events.len(), at)
     }
@@ -304,18 +294,13 @@ impl Feed {
         let deadline = Instant::now() + wait;
         let mut st = self.state.lock();
         loop {
-            if st.evicted > *after {
+            if st.ring.evicted > *after {
                 return Next::Lagged;
             }
-            if st.last > *after {
+            if st.ring.last > *after {
                 let mut body = Vec::new();
-                let mut count = 0;
-                let from = *after;
-                for (seq, frame) in st.frames.iter().filter(|(seq, _)| *seq > from) {
-                    body.extend_from_slice(frame);
-                    count += 1;
-                    *after = *seq;
-                }
+                let (count, last) = st.ring.copy_after(*after, &mut body);
+                *after = last;
                 return Next::Frames(body, count);
             }
             if st.ended.is_some() {
@@ -328,31 +313,37 @@ impl Feed {
     }
 }
 
-/// What one event adds to the fold: a delta's text, a whole event where the fold keeps the
-/// event (custom, activity, tool result, run start), else a span's ids and names (counted as a
-/// fixed 128 bytes, above what they take).
 /// Folds one event into the turn kept for a join (while there is one) and counts what that
 /// holds; `false` for the events a join never folds (the run's end: a join ends with its own).
 /// The deltas, most of a stream, are read through a borrowed view of their JSON (no tree, no
-/// copy but the text appended); other events are parsed whole.
+/// copy but the escaped text appended); other events are parsed whole. What is counted: a
+/// delta's text, a whole event where the fold keeps the event (custom, activity, tool result,
+/// run start), else a span's ids and names (a fixed 128 bytes, above what they take).
 fn fold_event(st: &mut State, json: &[u8]) -> bool {
-    let view = serde_json::from_slice::<EventView>(json).ok();
-    let kind = view.as_ref().map_or("", |v| v.kind);
+    let text = std::str::from_utf8(json).unwrap_or("");
+    if let Ok(view) = serde_json::from_str::<EventView>(text) {
+        if matches!(view.kind, "RUN_FINISHED" | "RUN_ERROR") {
+            return false;
+        }
+        let Some(fold) = st.fold.as_mut() else {
+            return true;
+        };
+        let delta = view.delta.filter(|d| d.get().starts_with('"'));
+        if let (Some(kind), Some(delta)) = (fold::DeltaKind::of(view.kind), delta) {
+            let id = view.tool_call_id.or(view.message_id);
+            fold.apply_delta(kind, id.unwrap_or(""), delta.get());
+            st.fold_bytes += delta.get().len();
+            return true;
+        }
+    }
+    let ev: Value = serde_json::from_slice(json).unwrap_or_default();
+    let kind = ev.get("type").and_then(Value::as_str).unwrap_or("");
     if matches!(kind, "RUN_FINISHED" | "RUN_ERROR") {
         return false;
     }
     let Some(fold) = st.fold.as_mut() else {
         return true;
     };
-    if let Some((view, delta_kind)) = view.as_ref().zip(fold::DeltaKind::of(kind)) {
-        if let Some(delta) = &view.delta {
-            let id = view.tool_call_id.as_deref().or(view.message_id.as_deref());
-            fold.apply_delta(delta_kind, id.unwrap_or(""), delta);
-            st.fold_bytes += delta.len();
-            return true;
-        }
-    }
-    let ev: Value = serde_json::from_slice(json).unwrap_or_default();
     fold.apply(&ev);
     st.fold_bytes += match kind {
         "CUSTOM" | "ACTIVITY_SNAPSHOT" | "TOOL_CALL_RESULT" | "RUN_STARTED" => json.len(),
@@ -361,17 +352,19 @@ fn fold_event(st: &mut State, json: &[u8]) -> bool {
     true
 }
 
-/// The fields of an event the fold reads without a `Value` (what else it has is skipped).
+/// The fields of an event the fold reads without a `Value` or a copy (what else it has is
+/// skipped): the delta stays a JSON literal. An id with an escape can't be borrowed, so such an
+/// event fails this view and is read whole.
 #[derive(serde::Deserialize)]
 struct EventView<'a> {
-    #[serde(rename = "type", borrow)]
+    #[serde(rename = "type")]
     kind: &'a str,
-    #[serde(rename = "messageId", borrow, default)]
-    message_id: Option<Cow<'a, str>>,
-    #[serde(rename = "toolCallId", borrow, default)]
-    tool_call_id: Option<Cow<'a, str>>,
+    #[serde(rename = "messageId", default)]
+    message_id: Option<&'a str>,
+    #[serde(rename = "toolCallId", default)]
+    tool_call_id: Option<&'a str>,
     #[serde(borrow, default)]
-    delta: Option<Cow<'a, str>>,
+    delta: Option<&'a serde_json::value::RawValue>,
 }
 
 #[cfg(test)]

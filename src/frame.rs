@@ -33,7 +33,8 @@ impl<'a> Item<'a> {
     /// The `result` of one JSON-RPC frame; `None` for anything else (an error, not JSON, no
     /// object result), which the caller reads the slow way to say why.
     pub(crate) fn of_frame(data: &'a [u8]) -> Option<Item<'a>> {
-        let env: Envelope = serde_json::from_slice(data).ok()?;
+        // Checked as UTF-8 once, so the strings borrowed from it are not checked again one by one.
+        let env: Envelope = serde_json::from_str(std::str::from_utf8(data).ok()?).ok()?;
         if env.error.is_some_and(|e| e.get() != "null") {
             return None;
         }

@@ -1,28 +1,41 @@
 //! The relay's hot path without sockets: an upstream SSE byte stream in, the client's SSE frames
-//! out, through the same reader, JSON-RPC parsing, projection and frame writer a run uses
-//! (`run::Run::pump`). Only benches use it (benches/frames.rs), so the per-event cost they report is
+//! out, through the same reader, JSON-RPC parsing, projection, replay buffer (numbering, ring,
+//! fold) and chunked stream writer a run uses (`run::Run::pump` and `Run::flush`), the stream
+//! writing to `io::sink()`. Only benches use it (benches/frames.rs), so the per-event cost they report is
 //! the cost of exactly this code.
 
 use crate::a2a::A2aStream;
 use crate::error::{Error, Lang};
-use crate::projection::{End, Events, Projection, RunIds, Serialized};
+use crate::feed::{Feed, Feeds};
+use crate::projection::{End, Events, Projection, RunIds};
+use crate::stream::SseStream;
+use std::sync::Arc;
 
 /// One run's relay over an in-memory upstream.
 pub struct Relay<R: std::io::Read> {
     upstream: A2aStream<R>,
     proj: Projection,
     out: Events,
-    /// The client's bytes of the last step (SSE frames).
+    _feeds: Feeds,
+    feed: Arc<Feed>,
+    stream: Arc<SseStream>,
+    /// The client's bytes of the last step (SSE frames, before chunking).
     pub body: Vec<u8>,
 }
 
 impl<R: std::io::Read> Relay<R> {
     /// A relay for the run `ids`, reading `upstream`; the clock is fixed (no syscall per event).
     pub fn new(upstream: R, ids: RunIds) -> Relay<R> {
+        let feeds = Feeds::start(256 * 1024, std::time::Duration::ZERO);
+        let feed = feeds.open(&ids.execution_id);
+        let stream = SseStream::start(Box::new(std::io::sink())).expect("a sink takes the head");
         Relay {
             upstream: A2aStream::new(upstream),
             proj: Projection::new(ids, Lang::En).with_clock(|| 1),
             out: Events::default(),
+            _feeds: feeds,
+            feed,
+            stream,
             body: Vec::new(),
         }
     }
@@ -36,11 +49,9 @@ impl<R: std::io::Read> Relay<R> {
         if let Some(end) = end {
             self.proj.finish(&end, &mut self.out);
         }
-        self.body.clear();
-        let body = &mut self.body;
-        self.out
-            .each_json(&mut |json| crate::sse::push_data_frame(body, json));
         let n = self.out.len();
+        self.feed.push_into(&self.out, &mut self.body);
+        self.stream.send_frames(&self.body, n);
         self.out.clear();
         Ok(Some(n))
     }

@@ -51,10 +51,21 @@ pub(crate) mod cursor {
         crate::ids::sha256_hex(execution_id.as_bytes())[..10].to_string()
     }
 
+    #[cfg(test)]
     pub(crate) fn format(tag: &str, seq: u64, sub: Option<usize>) -> String {
-        match sub {
-            Some(k) => format!("{}.{tag}.{seq}.{k}", epoch()),
-            None => format!("{}.{tag}.{seq}", epoch()),
+        let mut id = Vec::new();
+        write_id(&mut id, tag, seq, sub);
+        String::from_utf8(id).expect("cursors are ASCII")
+    }
+
+    /// Writes the cursor in place (the hot path: no `String` per frame).
+    fn write_id(out: &mut Vec<u8>, tag: &str, seq: u64, sub: Option<usize>) {
+        out.extend_from_slice(epoch().as_bytes());
+        out.push(b'.');
+        out.extend_from_slice(tag.as_bytes());
+        let _ = write!(out, ".{seq}");
+        if let Some(k) = sub {
+            let _ = write!(out, ".{k}");
         }
     }
 
@@ -70,9 +81,13 @@ pub(crate) mod cursor {
     }
 
     /// One SSE frame: `id:` then `data:`.
-    pub(crate) fn push_frame(out: &mut Vec<u8>, id: &str, json: &[u8]) {
+    pub(crate) fn push_frame(
+        out: &mut Vec<u8>,
+        (tag, seq, sub): (&str, u64, Option<usize>),
+        json: &[u8],
+    ) {
         out.extend_from_slice(b"id: ");
-        out.extend_from_slice(id.as_bytes());
+        write_id(out, tag, seq, sub);
         out.push(b'\n');
         sse::push_data_frame(out, json);
     }
@@ -136,8 +151,8 @@ impl SseStream {
         SseStream::with(req.into_writer(), socket, chunked, write_timeout, extra)
     }
 
-    /// A chunked stream on a plain writer (no socket: no peeking, heartbeats may block).
-    #[cfg(test)]
+    /// A chunked stream on a plain writer (no socket: no peeking, heartbeats may block): unit
+    /// tests and the hot-path bench.
     pub(crate) fn start(writer: Box<dyn Write + Send>) -> std::io::Result<Arc<SseStream>> {
         SseStream::with(writer, None, true, Duration::from_secs(60), "")
     }
@@ -236,8 +251,7 @@ impl SseStream {
         let tag = self.tag.lock().clone();
         let mut body = Vec::with_capacity(256 * events.count());
         events.each_json(&mut |json| {
-            let id = cursor::format(&tag, cursor::next_seq(), None);
-            cursor::push_frame(&mut body, &id, json);
+            cursor::push_frame(&mut body, (&tag, cursor::next_seq(), None), json);
         });
         body
     }

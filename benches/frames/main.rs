@@ -187,7 +187,11 @@ fn main() {
     rep.push_str(&format!(
         "| frame set | frames (per cycle) | events | CPU per frame, µs: median (min–max of {PASSES}) | CPU per event, µs | of which reading / reading + viewing, µs per frame (JSON floor) | allocations per frame (steady state) | bytes out per frame |\n|---|---|---|---|---|---|---|---|\n"
     ));
-    for set in SETS {
+    let only = std::env::var("FRAMES_SET").ok();
+    for set in SETS
+        .into_iter()
+        .filter(|s| only.as_deref().is_none_or(|o| o == *s))
+    {
         let (bytes, per_cycle, _) = upstream(set);
         let _ = pass(&bytes, 2 * per_cycle, Depth::Relay); // warm-up
         let passes: Vec<Pass> = (0..PASSES)

@@ -26,22 +26,49 @@ enum Item {
     Text {
         id: String,
         role: String,
-        content: String,
+        content: Escaped,
         open: bool,
     },
     Reasoning {
         id: String,
-        content: String,
+        content: Escaped,
         open: bool,
     },
     Tool {
         id: String,
         name: String,
         parent: Option<String>,
-        args: String,
+        args: Escaped,
         open: bool,
     },
     Result(Value),
+}
+
+/// Streamed text as it came, still JSON-escaped: each delta is appended as the bytes between its
+/// quotes (escapes are whole within a delta, so the pieces join into one valid JSON string), and
+/// unescaped only when a join asks for it. The hot path copies bytes and allocates nothing.
+#[derive(Default)]
+pub(super) struct Escaped(String);
+
+impl Escaped {
+    /// Appends a JSON string literal's contents (`raw` with its quotes).
+    pub(super) fn push_literal(&mut self, raw: &str) {
+        if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+            self.0.push_str(inner);
+        }
+    }
+
+    fn push_text(&mut self, text: &str) {
+        self.push_literal(&Value::from(text).to_string());
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn text(&self) -> String {
+        serde_json::from_str(&format!("\"{}\"", self.0)).unwrap_or_default()
+    }
 }
 
 fn s(ev: &Value, key: &str) -> String {
@@ -71,21 +98,23 @@ impl Fold {
                     .and_then(Value::as_str)
                     .unwrap_or("assistant")
                     .into(),
-                content: String::new(),
+                content: Escaped::default(),
                 open: true,
             }),
             "REASONING_START" => self.reasoning.push(id),
             "REASONING_END" => self.reasoning.retain(|r| *r != id),
             "REASONING_MESSAGE_START" => self.items.push(Item::Reasoning {
                 id,
-                content: String::new(),
+                content: Escaped::default(),
                 open: true,
             }),
             "TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" | "TOOL_CALL_ARGS" => {
                 if let Some(kind) = DeltaKind::of(ty) {
                     let id = ev.get("toolCallId").and_then(Value::as_str).unwrap_or(&id);
                     let delta = ev.get("delta").and_then(Value::as_str).unwrap_or("");
-                    self.apply_delta(kind, id, delta);
+                    if let Some(target) = self.delta_target(kind, id) {
+                        target.push_text(delta);
+                    }
                 }
             }
             "TEXT_MESSAGE_END" | "REASONING_MESSAGE_END" => self.close(&id, None),
@@ -96,7 +125,7 @@ impl Fold {
                     .get("parentMessageId")
                     .and_then(Value::as_str)
                     .map(String::from),
-                args: String::new(),
+                args: Escaped::default(),
                 open: true,
             }),
             "TOOL_CALL_END" => self.close("", Some(&s(ev, "toolCallId"))),
@@ -112,9 +141,16 @@ impl Fold {
         }
     }
 
-    /// A text, reasoning or tool-argument delta for the open message or call `id`.
-    pub(super) fn apply_delta(&mut self, kind: DeltaKind, id: &str, delta: &str) {
-        let target = match kind {
+    /// A text, reasoning or tool-argument delta for the open message or call `id`, as its JSON
+    /// string literal.
+    pub(super) fn apply_delta(&mut self, kind: DeltaKind, id: &str, literal: &str) {
+        if let Some(target) = self.delta_target(kind, id) {
+            target.push_literal(literal);
+        }
+    }
+
+    fn delta_target(&mut self, kind: DeltaKind, id: &str) -> Option<&mut Escaped> {
+        match kind {
             DeltaKind::Text => self.text_mut(id),
             DeltaKind::ToolArgs => self.items.iter_mut().rev().find_map(|i| match i {
                 Item::Tool {
@@ -125,13 +161,10 @@ impl Fold {
                 } if call == id => Some(args),
                 _ => None,
             }),
-        };
-        if let Some(target) = target {
-            target.push_str(delta);
         }
     }
 
-    fn text_mut(&mut self, wanted: &str) -> Option<&mut String> {
+    fn text_mut(&mut self, wanted: &str) -> Option<&mut Escaped> {
         self.items.iter_mut().rev().find_map(|i| match i {
             Item::Text {
                 id, content, open, ..
@@ -199,12 +232,12 @@ impl Fold {
                     role,
                     content,
                     open: false,
-                } => msgs.push(json!({"id": id, "role": role, "content": content})),
+                } => msgs.push(json!({"id": id, "role": role, "content": content.text()})),
                 Item::Reasoning {
                     id,
                     content,
                     open: false,
-                } => msgs.push(json!({"id": id, "role": "reasoning", "content": content})),
+                } => msgs.push(json!({"id": id, "role": "reasoning", "content": content.text()})),
                 Item::Tool {
                     id,
                     name,
@@ -213,7 +246,7 @@ impl Fold {
                     open: false,
                 } => {
                     let call = json!({"id": id, "type": "function",
-                        "function": {"name": name, "arguments": args}});
+                        "function": {"name": name, "arguments": args.text()}});
                     let owner = parent.clone().unwrap_or_else(|| format!("tool-call-{id}"));
                     let found = msgs
                         .iter_mut()
@@ -263,7 +296,7 @@ fn reopen(item: &Item, now_ms: u64, out: &mut Vec<Value>) {
         } => (
             json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": role}),
             (!content.is_empty()).then(
-                || json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": content}),
+                || json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": content.text()}),
             ),
         ),
         Item::Reasoning {
@@ -273,7 +306,7 @@ fn reopen(item: &Item, now_ms: u64, out: &mut Vec<Value>) {
         } => (
             json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
             (!content.is_empty()).then(
-                || json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": id, "delta": content}),
+                || json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": id, "delta": content.text()}),
             ),
         ),
         Item::Tool {
@@ -289,7 +322,7 @@ fn reopen(item: &Item, now_ms: u64, out: &mut Vec<Value>) {
                 start["parentMessageId"] = json!(p);
             }
             let args = (!args.is_empty())
-                .then(|| json!({"type": "TOOL_CALL_ARGS", "toolCallId": id, "delta": args}));
+                .then(|| json!({"type": "TOOL_CALL_ARGS", "toolCallId": id, "delta": args.text()}));
             (start, args)
         }
         _ => return,

@@ -118,6 +118,8 @@ struct Run<'a> {
     proj: Projection,
     /// Events projected but not written yet.
     out: Events,
+    /// Their SSE frames (reused: a frame allocates nothing).
+    frames: Vec<u8>,
     /// The request's one language decision (errors and interrupt texts).
     lang: Lang,
     /// `preferredLanguage` for the kernel: the client's own tag, else the decided language's.
@@ -158,6 +160,7 @@ impl<'a> Run<'a> {
             stream,
             proj,
             out: Events::default(),
+            frames: Vec::with_capacity(4096),
             lang: a.lang,
             lang_tag,
             live,
@@ -456,8 +459,8 @@ impl<'a> Run<'a> {
     /// Writes the projected events (replay buffer, then client); `false` once the client is gone
     /// and the run should stop (always `true` with a detach grace: the grace decides).
     fn flush(&mut self) -> bool {
-        let body = self.feed.push(&self.out);
-        let ok = self.stream.send_frames(&body, self.out.len());
+        self.feed.push_into(&self.out, &mut self.frames);
+        let ok = self.stream.send_frames(&self.frames, self.out.len());
         self.out.clear();
         ok || !self.app.config.detach_grace.is_zero()
     }
