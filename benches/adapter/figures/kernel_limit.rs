@@ -178,7 +178,7 @@ fn table(rep: &mut Report, paths: &[Path7], kernel: &MiniKernel) {
          a pre-rendered template and writes 256 KiB at a time).\n",
         kernel.mean_frame_bytes()
     ));
-    rep.line("| path | events/s, median (all runs) | adapter CPU per event, pooled (each run) | client CPU per event (share of the wall time) | kernel CPU per frame |\n|---|---|---|---|---|");
+    rep.line("| path | events/s, median (all runs) | adapter CPU per event, pooled (each run; its share of the wall time) | client CPU per event (share of the wall time) | kernel CPU per frame |\n|---|---|---|---|---|");
     for p in paths {
         let Some(median) = p.median_rate() else {
             rep.line(format!(
@@ -202,10 +202,16 @@ fn table(rep: &mut Report, paths: &[Path7], kernel: &MiniKernel) {
             // figure, over every run, is the finer one.
             let cpu: f64 = p.passes.iter().map(|r| r.adapter_cpu).sum();
             let events: usize = p.passes.iter().map(|r| r.events).sum();
+            let busy: Vec<String> = p
+                .passes
+                .iter()
+                .map(|r| format!("{:.0}%", r.adapter_cpu / r.secs * 100.0))
+                .collect();
             format!(
-                "**{:.2} µs** pooled ({} µs)",
+                "**{:.2} µs** pooled ({} µs; {} of the wall time)",
                 cpu * 1e6 / events as f64,
-                each(&|r| r.per_event(r.adapter_cpu * 1e6))
+                each(&|r| r.per_event(r.adapter_cpu * 1e6)),
+                busy.join(", ")
             )
         } else {
             "–".into()
