@@ -7,6 +7,7 @@
 //! The view reads as leniently as `Value` lookups did: a field of the wrong JSON type counts as
 //! absent, and a present `null` is still present where that made a difference before.
 
+use crate::a2a::incoming;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -236,6 +237,10 @@ pub(crate) struct Iac<'a> {
     pub(crate) thinking: Field<Thinking<'a>>,
     /// The other keys, `Null` when there are none.
     pub(crate) rare: Value,
+    /// `pipeline` and `pipelineBatch` as they came (also in `rare`): a listed envelope goes on
+    /// as a CUSTOM value byte for byte, not re-encoded.
+    pub(crate) pipeline_raw: Option<&'a RawValue>,
+    pub(crate) batch_raw: Option<&'a RawValue>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Iac<'a> {
@@ -259,6 +264,16 @@ impl<'de: 'a, 'a> Deserialize<'de> for Iac<'a> {
                             }
                         }
                         crate::a2a::incoming::THINKING => iac.thinking = map.next_value()?,
+                        key @ (incoming::PIPELINE | incoming::PIPELINE_BATCH) => {
+                            let raw: &'de RawValue = map.next_value()?;
+                            let value =
+                                serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
+                            rare.insert(key.to_string(), value);
+                            match key {
+                                incoming::PIPELINE => iac.pipeline_raw = Some(raw),
+                                _ => iac.batch_raw = Some(raw),
+                            }
+                        }
                         other => {
                             rare.insert(other.to_string(), map.next_value()?);
                         }

@@ -2,6 +2,7 @@
 //! serialised straight into a run's frame buffer ([`Events`]), or as JSON values (tests,
 //! observers). The per-item text events are written field by field, never built as a `Value`.
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 /// Serialised events, back to back, for one write to the client: no `Value` and, once the
@@ -180,6 +181,31 @@ impl<'a> Out<'a> {
         w.extend_from_slice(kind.event_type().as_bytes());
         w.extend_from_slice(b"\"}");
         f.ends.push(w.len());
+    }
+
+    /// Appends a `CUSTOM` event whose value is `raw`, copied as it is (keys in the same order a
+    /// `Value` writes them). JSON with a line break (a multi-line upstream event) is re-encoded:
+    /// an SSE `data:` line can't hold one.
+    pub(super) fn custom_raw(&mut self, name: Custom, raw: &RawValue) {
+        let one_line = !raw.get().bytes().any(|b| b == b'\n' || b == b'\r');
+        let ts = (self.clock)();
+        match &mut self.target {
+            Target::Frames(f) if one_line => {
+                let w = &mut f.json;
+                w.extend_from_slice(b"{\"name\":\"");
+                w.extend_from_slice(name.as_str().as_bytes());
+                w.extend_from_slice(b"\",\"timestamp\":");
+                let _ = serde_json::to_writer(&mut *w, &ts);
+                w.extend_from_slice(b",\"type\":\"CUSTOM\",\"value\":");
+                w.extend_from_slice(raw.get().as_bytes());
+                w.push(b'}');
+                f.ends.push(w.len());
+            }
+            _ => {
+                let value = serde_json::from_str(raw.get()).unwrap_or_default();
+                self.custom(name, value);
+            }
+        }
     }
 
     /// Appends a `CUSTOM` event.

@@ -268,7 +268,7 @@ impl Projection {
         if let Some(envelopes) = state.get("events").and_then(Value::as_array) {
             self.dedup.recovering = true;
             for envelope in envelopes {
-                self.on_pipeline(envelope, out);
+                self.on_pipeline(envelope, None, out);
             }
             self.dedup.recovering = false;
         }
@@ -350,6 +350,7 @@ impl Projection {
             self.spans.reasoning(&id, text, out);
             self.reasoning_id = id;
         }
+        let envelopes = pipeline::envelopes(iac);
         let iac = &iac.rare;
         if iac.is_null() {
             return;
@@ -363,8 +364,8 @@ impl Projection {
         if let Some(progress) = iac.get(incoming::MCP_PROGRESS).filter(|v| v.is_object()) {
             out.custom(Custom::ToolProgress, versioned(progress));
         }
-        for envelope in pipeline::envelopes(iac) {
-            self.on_pipeline(envelope, out);
+        for (envelope, raw) in envelopes {
+            self.on_pipeline(envelope, raw, out);
         }
         if let Some(usage) = iac.get(incoming::USAGE) {
             self.usage.add(usage);

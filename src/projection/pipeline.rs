@@ -6,6 +6,8 @@ use super::events::{Custom, Out};
 use super::tools::ToolUpdate;
 use super::{Projection, NULL};
 use crate::a2a::incoming;
+use crate::frame::Iac;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
@@ -153,8 +155,9 @@ impl Dedup {
 }
 
 impl Projection {
-    /// One pipeline envelope, in this order: its mapping, its CUSTOM event, the pipeline's end.
-    pub(super) fn on_pipeline(&mut self, envelope: &Value, out: &mut Out) {
+    /// One pipeline envelope, in this order: its mapping, its CUSTOM event (`raw`, the
+    /// envelope's JSON as the kernel sent it, when the frame has it), the pipeline's end.
+    pub(super) fn on_pipeline(&mut self, envelope: &Value, raw: Option<&RawValue>, out: &mut Out) {
         let event_type = envelope
             .get("eventType")
             .and_then(Value::as_str)
@@ -208,7 +211,10 @@ impl Projection {
             }
         }
         if kind.travels_as_custom() {
-            out.custom(Custom::Pipeline, envelope.clone());
+            match raw {
+                Some(raw) => out.custom_raw(Custom::Pipeline, raw),
+                None => out.custom(Custom::Pipeline, envelope.clone()),
+            }
         }
         let ends = Kind::Custom {
             ends_pipeline: true,
@@ -219,15 +225,37 @@ impl Projection {
     }
 }
 
-/// The envelopes an item's `metadata.iac_code` carries: its batch first, then the single one.
-pub(super) fn envelopes(iac: &Value) -> impl Iterator<Item = &Value> {
+/// The envelopes an item's `metadata.iac_code` carries, each with its JSON as it came: its
+/// batch first, then the single one.
+pub(super) fn envelopes<'a>(
+    iac: &'a Iac<'_>,
+) -> impl Iterator<Item = (&'a Value, Option<&'a RawValue>)> {
     let batch = iac
+        .rare
         .get(incoming::PIPELINE_BATCH)
         .and_then(|b| b.get("events"))
         .and_then(Value::as_array)
+        .map(|events| {
+            let raw = iac
+                .batch_raw
+                .and_then(|b| serde_json::from_str::<RawBatch>(b.get()).ok())
+                .map(|b| b.events)
+                .filter(|raw| raw.len() == events.len());
+            let raw = raw.unwrap_or_default();
+            let raw = raw.into_iter().map(Some).chain(std::iter::repeat(None));
+            events.iter().zip(raw).collect::<Vec<_>>()
+        });
+    let single = iac.rare.get(incoming::PIPELINE).filter(|v| v.is_object());
+    batch
         .into_iter()
-        .flatten();
-    batch.chain(iac.get(incoming::PIPELINE).filter(|v| v.is_object()))
+        .flatten()
+        .chain(single.map(|v| (v, iac.pipeline_raw)))
+}
+
+#[derive(serde::Deserialize)]
+struct RawBatch<'a> {
+    #[serde(borrow)]
+    events: Vec<&'a RawValue>,
 }
 
 /// The fields of the `ACTIVITY_SNAPSHOT` for the kernel's pipeline state, if it has a snapshot;
