@@ -8,6 +8,9 @@
 //! absent, and a present `null` is still present where that made a difference before.
 
 use crate::a2a::incoming;
+mod envelope;
+
+pub(crate) use envelope::{Coord, Envelope};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -35,7 +38,7 @@ impl<'a> Item<'a> {
     /// object result), which the caller reads the slow way to say why.
     pub(crate) fn of_frame(data: &'a [u8]) -> Option<Item<'a>> {
         // Checked as UTF-8 once, so the strings borrowed from it are not checked again one by one.
-        let env: Envelope = serde_json::from_str(std::str::from_utf8(data).ok()?).ok()?;
+        let env: RpcFrame = serde_json::from_str(std::str::from_utf8(data).ok()?).ok()?;
         if env.error.is_some_and(|e| e.get() != "null") {
             return None;
         }
@@ -60,7 +63,7 @@ impl<'a> Item<'a> {
 /// The frame in one pass: nested values are read where they are, never skipped first and parsed
 /// again (serde_json allocates to skip a nested value).
 #[derive(Deserialize)]
-struct Envelope<'a> {
+struct RpcFrame<'a> {
     #[serde(borrow, default, deserialize_with = "raw")]
     error: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -237,8 +240,8 @@ pub(crate) struct Iac<'a> {
     pub(crate) thinking: Field<Thinking<'a>>,
     /// The other keys, `Null` when there are none.
     pub(crate) rare: Value,
-    /// `pipeline` and `pipelineBatch` as they came (also in `rare`): a listed envelope goes on
-    /// as a CUSTOM value byte for byte, not re-encoded.
+    /// `pipeline` and `pipelineBatch` as they came (not in `rare`): each envelope is viewed
+    /// ([`Envelope`]), and a listed one goes on as a CUSTOM value byte for byte.
     pub(crate) pipeline_raw: Option<&'a RawValue>,
     pub(crate) batch_raw: Option<&'a RawValue>,
 }
@@ -264,16 +267,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Iac<'a> {
                             }
                         }
                         crate::a2a::incoming::THINKING => iac.thinking = map.next_value()?,
-                        key @ (incoming::PIPELINE | incoming::PIPELINE_BATCH) => {
-                            let raw: &'de RawValue = map.next_value()?;
-                            let value =
-                                serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
-                            rare.insert(key.to_string(), value);
-                            match key {
-                                incoming::PIPELINE => iac.pipeline_raw = Some(raw),
-                                _ => iac.batch_raw = Some(raw),
-                            }
-                        }
+                        incoming::PIPELINE => iac.pipeline_raw = Some(map.next_value()?),
+                        incoming::PIPELINE_BATCH => iac.batch_raw = Some(map.next_value()?),
                         other => {
                             rare.insert(other.to_string(), map.next_value()?);
                         }
