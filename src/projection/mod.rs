@@ -23,7 +23,7 @@ mod steps;
 mod tools;
 mod usage;
 
-pub use events::{EventSink, Events, Serialized};
+pub use events::{DeltaSpans, EventSink, Events, Serialized};
 pub(crate) use item::normalize_state;
 pub use outcome::End;
 

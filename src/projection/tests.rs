@@ -443,3 +443,22 @@ fn a_pipeline_envelope_with_a_line_break_in_its_json_is_re_encoded_on_one_line()
     let v: Value = serde_json::from_slice(custom).unwrap();
     assert_eq!(v["value"]["eventType"], "pipeline_started");
 }
+
+#[test]
+fn a_text_delta_marks_where_its_id_and_literal_are_unless_its_id_is_escaped() {
+    let mut p = proj();
+    let mut out = Events::default();
+    p.on_item(&text("m2", "Say \"hi\"\n"), &mut out).unwrap();
+    p.on_item(&text("m\\3", "x"), &mut out).unwrap();
+    let mut marked = vec![];
+    out.each_event(&mut |json, spans| {
+        if let Some(DeltaSpans { message_id, delta }) = spans {
+            let part = |(a, b): (usize, usize)| String::from_utf8(json[a..b].to_vec()).unwrap();
+            marked.push((part(message_id), part(delta)));
+        }
+    });
+    assert_eq!(
+        marked,
+        [("m2".to_string(), r#""Say \"hi\"\n""#.to_string())]
+    );
+}
