@@ -14,7 +14,7 @@
 mod fold;
 mod ring;
 
-use crate::projection::Serialized;
+use crate::projection::{DeltaSpans, Serialized};
 use crate::stream::cursor;
 use fold::Fold;
 use parking_lot::{Condvar, Mutex};
@@ -194,12 +194,12 @@ impl Feed {
     pub fn push_into(&self, events: &(impl Serialized + ?Sized), body: &mut Vec<u8>) {
         body.clear();
         let mut st = self.state.lock();
-        events.each_json(&mut |json| {
+        events.each_event(&mut |json, spans| {
             let seq = cursor::next_seq();
             let start = body.len();
             cursor::push_frame(body, (&self.tag, seq, None), json);
             st.ring.push(seq, &body[start..]);
-            if fold_event(&mut st, json) {
+            if fold_event(&mut st, json, spans) {
                 st.folded = seq;
             }
         });
@@ -319,7 +319,17 @@ impl Feed {
 /// copy but the escaped text appended); other events are parsed whole. What is counted: a
 /// delta's text, a whole event where the fold keeps the event (custom, activity, tool result,
 /// run start), else a span's ids and names (a fixed 128 bytes, above what they take).
-fn fold_event(st: &mut State, json: &[u8]) -> bool {
+fn fold_event(st: &mut State, json: &[u8], spans: Option<DeltaSpans>) -> bool {
+    if let Some(DeltaSpans { message_id, delta }) = spans {
+        // A text or reasoning delta whose parts the projection marked: nothing to read.
+        if let Some(fold) = st.fold.as_mut() {
+            let id = std::str::from_utf8(&json[message_id.0..message_id.1]).unwrap_or("");
+            let literal = std::str::from_utf8(&json[delta.0..delta.1]).unwrap_or("");
+            fold.apply_delta(fold::DeltaKind::Text, id, literal);
+            st.fold_bytes += literal.len();
+        }
+        return true;
+    }
     let text = std::str::from_utf8(json).unwrap_or("");
     if let Ok(view) = serde_json::from_str::<EventView>(text) {
         if matches!(view.kind, "RUN_FINISHED" | "RUN_ERROR") {
@@ -481,5 +491,61 @@ mod tests {
             events.iter().all(|e| e["type"] != "RUN_FINISHED"),
             "{events:?}"
         );
+    }
+
+    #[test]
+    fn a_join_carries_the_text_of_deltas_the_projection_marked_even_with_escapes() {
+        use crate::error::Lang;
+        use crate::projection::{Events, Projection, RunIds};
+        let ids = RunIds {
+            thread_id: "t".into(),
+            run_id: "r".into(),
+            execution_id: "e".into(),
+            context_id: "ctx".into(),
+            ros_invocation_id: "inv".into(),
+            parent_run_id: None,
+        };
+        let mut p = Projection::new(ids, Lang::En);
+        let mut out = Events::default();
+        p.start(&mut out);
+        // The first message is closed when the second starts; the second stays open.
+        for id in ["m\\1", "m2"] {
+            for t in ["Say \"hi\"", "\n\tand ", "é 😀"] {
+                let item = json!({"statusUpdate": {"taskId": "task", "contextId": "ctx",
+                    "status": {"state": "TASK_STATE_WORKING", "message": {"messageId": id,
+                    "role": "ROLE_AGENT", "parts": [{"text": t}]}}}});
+                p.on_item(&item, &mut out).unwrap();
+            }
+        }
+        let feeds = Feeds::start(1 << 20, Duration::ZERO);
+        let feed = feeds.open("exec-marked");
+        feed.push(&out);
+        let Start::Join(body, _, _) = feed.attach(None) else {
+            panic!("a join")
+        };
+        let events: Vec<Value> = String::from_utf8_lossy(&body)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l.strip_prefix("data: ")?).ok())
+            .collect();
+        let text_of = |id: &str| -> String {
+            let mut text: String = events
+                .iter()
+                .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT" && e["messageId"] == id)
+                .filter_map(|e| e["delta"].as_str())
+                .collect();
+            for m in events
+                .iter()
+                .filter_map(|e| e["messages"].as_array())
+                .flatten()
+            {
+                if m["id"] == id {
+                    text.push_str(m["content"].as_str().unwrap_or(""));
+                }
+            }
+            text
+        };
+        // The id with an escape was read back; the plain one came from the marked spans.
+        assert_eq!(text_of("m\\1"), "Say \"hi\"\n\tand é 😀", "{events:?}");
+        assert_eq!(text_of("m2"), "Say \"hi\"\n\tand é 😀", "{events:?}");
     }
 }

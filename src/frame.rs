@@ -7,7 +7,11 @@
 //! The view reads as leniently as `Value` lookups did: a field of the wrong JSON type counts as
 //! absent, and a present `null` is still present where that made a difference before.
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use crate::a2a::incoming;
+mod envelope;
+
+pub(crate) use envelope::{Coord, Envelope};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -31,52 +35,135 @@ pub(crate) struct Item<'a> {
 
 impl<'a> Item<'a> {
     /// The `result` of one JSON-RPC frame; `None` for anything else (an error, not JSON, no
-    /// object result), which the caller reads the slow way to say why.
+    /// object result, a repeated `result` or `error`), which the caller reads the slow way to
+    /// say why.
     pub(crate) fn of_frame(data: &'a [u8]) -> Option<Item<'a>> {
         // Checked as UTF-8 once, so the strings borrowed from it are not checked again one by one.
-        let env: Envelope = serde_json::from_str(std::str::from_utf8(data).ok()?).ok()?;
-        if env.error.is_some_and(|e| e.get() != "null") {
-            return None;
-        }
-        match env.result {
-            Field::Obj(result) => Some(result.item()),
-            _ => None,
-        }
+        let text = std::str::from_utf8(data).ok()?;
+        let mut item = Item::default();
+        let mut frame = RpcFrame {
+            result: ResultSlot::new(&mut item),
+            result_obj: false,
+            error: None,
+            seen: (false, false),
+        };
+        let mut de = serde_json::Deserializer::from_str(text);
+        let is_obj = Fill(&mut frame).deserialize(&mut de).ok()?;
+        de.end().ok()?;
+        let error = frame.error.is_some_and(|e| e.get() != "null");
+        (is_obj && frame.result_obj && !error).then_some(item)
     }
 
     /// A `result` object (a bare object is a task).
     pub(crate) fn of_result(result: &'a str) -> serde_json::Result<Item<'a>> {
-        Ok(match serde_json::from_str::<Field<ResultView>>(result)? {
-            Field::Obj(result) => result.item(),
-            _ => Item {
-                kind: ItemKind::Task,
-                head: Head::default(),
-            },
-        })
+        let mut item = Item::default();
+        let mut de = serde_json::Deserializer::from_str(result);
+        Fill(&mut ResultSlot::new(&mut item)).deserialize(&mut de)?;
+        de.end()?;
+        Ok(item)
     }
 }
 
-/// The frame in one pass: nested values are read where they are, never skipped first and parsed
-/// again (serde_json allocates to skip a nested value).
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow, default, deserialize_with = "raw")]
+impl Default for Item<'_> {
+    fn default() -> Self {
+        Item {
+            kind: ItemKind::Task,
+            head: Head::default(),
+        }
+    }
+}
+
+/// A view filled in place, field by field, where it lives: the views are a few hundred bytes, and
+/// returning them up through each level of the JSON would copy them once per level.
+trait FillFrom<'de> {
+    fn fill<M: MapAccess<'de>>(&mut self, map: M) -> Result<(), M::Error>;
+}
+
+/// Fills the view from a JSON object (`true`); any other JSON value leaves it as it is (`false`).
+struct Fill<'t, T>(&'t mut T);
+
+impl<'de, T: FillFrom<'de>> DeserializeSeed<'de> for Fill<'_, T> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, T: FillFrom<'de>> Visitor<'de> for Fill<'_, T> {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<bool, M::Error> {
+        self.0.fill(map).map(|()| true)
+    }
+    fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<bool, S::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+}
+
+/// The JSON-RPC frame: its `result` read where it is (serde_json allocates to skip a nested
+/// value, so nothing is skipped first and parsed again), its `error` kept raw.
+struct RpcFrame<'i, 'a> {
+    result: ResultSlot<'i, 'a>,
+    result_obj: bool,
     error: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    result: Field<ResultView<'a>>,
+    /// `result`, `error` read: a second one is refused, as a derived view would.
+    seen: (bool, bool),
+}
+
+impl<'de: 'a, 'a> FillFrom<'de> for RpcFrame<'_, 'a> {
+    fn fill<M: MapAccess<'de>>(&mut self, mut map: M) -> Result<(), M::Error> {
+        while let Some(key) = map.next_key::<LStr<'de>>()? {
+            match key.get().unwrap_or("") {
+                "result" if !self.seen.0 => {
+                    self.seen.0 = true;
+                    self.result_obj = map.next_value_seed(Fill(&mut self.result))?;
+                }
+                "error" if !self.seen.1 => {
+                    self.seen.1 = true;
+                    self.error = Some(map.next_value()?);
+                }
+                k @ ("result" | "error") => {
+                    return Err(de::Error::custom(format_args!("duplicate field `{k}`")))
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A result: the body of its first kind (in the order of `KINDS`) or, with none, itself as a
-/// bare task. One `Head` only, filled in place: the view is moved as it is returned, so it stays
-/// small.
-#[derive(Default)]
-struct ResultView<'a> {
-    /// The index in `KINDS` of the kind read into `head`.
-    kind: Option<usize>,
-    head: Head<'a>,
+/// bare task, read into the item's one `Head`.
+struct ResultSlot<'i, 'a> {
+    item: &'i mut Item<'a>,
+    /// The index in `KINDS` of the kind read into the head.
+    read: Option<usize>,
 }
 
-impl<'a> ResultView<'a> {
+impl<'i, 'a> ResultSlot<'i, 'a> {
     const KINDS: [(ItemKind, &'static str); 4] = [
         (ItemKind::Task, "task"),
         (ItemKind::StatusUpdate, "statusUpdate"),
@@ -84,48 +171,32 @@ impl<'a> ResultView<'a> {
         (ItemKind::Message, "message"),
     ];
 
-    fn item(self) -> Item<'a> {
-        let kind = self.kind.map_or(ItemKind::Task, |i| Self::KINDS[i].0);
-        Item {
-            kind,
-            head: self.head,
-        }
+    fn new(item: &'i mut Item<'a>) -> ResultSlot<'i, 'a> {
+        ResultSlot { item, read: None }
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for ResultView<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = ResultView<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                let mut view = ResultView::default();
-                while let Some(key) = map.next_key::<LStr<'de>>()? {
-                    let key = key.get().unwrap_or("");
-                    let kind = ResultView::KINDS.iter().position(|(_, k)| *k == key);
-                    match (kind, view.kind) {
-                        // A kind before the one read (or the first): its body is the item.
-                        (Some(i), read) if read.is_none_or(|r| i < r) => {
-                            view.head = match map.next_value::<Field<Head>>()? {
-                                Field::Obj(h) => h,
-                                _ => Head::default(),
-                            };
-                            view.kind = Some(i);
-                        }
-                        // The bare task's own fields, while no kind was read.
-                        (None, None) => view.head.take(key, &mut map)?,
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
+impl<'de: 'a, 'a> FillFrom<'de> for ResultSlot<'_, 'a> {
+    fn fill<M: MapAccess<'de>>(&mut self, mut map: M) -> Result<(), M::Error> {
+        while let Some(key) = map.next_key::<LStr<'de>>()? {
+            let key = key.get().unwrap_or("");
+            let kind = Self::KINDS.iter().position(|(_, k)| *k == key);
+            match (kind, self.read) {
+                // A kind before the one read (or the first): its body is the item.
+                (Some(i), read) if read.is_none_or(|r| i < r) => {
+                    self.item.head = Head::default();
+                    map.next_value_seed(Fill(&mut self.item.head))?;
+                    self.item.kind = Self::KINDS[i].0;
+                    self.read = Some(i);
                 }
-                Ok(view)
+                // The bare task's own fields, while no kind was read.
+                (None, None) => self.item.head.take(key, &mut map)?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
         }
-        d.deserialize_map(V(std::marker::PhantomData))
+        Ok(())
     }
 }
 
@@ -173,23 +244,12 @@ impl<'a> Head<'a> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Head<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Head<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                let mut head = Head::default();
-                while let Some(key) = map.next_key::<LStr<'de>>()? {
-                    head.take(key.get().unwrap_or(""), &mut map)?;
-                }
-                Ok(head)
-            }
+impl<'de: 'a, 'a> FillFrom<'de> for Head<'a> {
+    fn fill<M: MapAccess<'de>>(&mut self, mut map: M) -> Result<(), M::Error> {
+        while let Some(key) = map.next_key::<LStr<'de>>()? {
+            self.take(key.get().unwrap_or(""), &mut map)?;
         }
-        d.deserialize_map(V(std::marker::PhantomData))
+        Ok(())
     }
 }
 
@@ -236,6 +296,10 @@ pub(crate) struct Iac<'a> {
     pub(crate) thinking: Field<Thinking<'a>>,
     /// The other keys, `Null` when there are none.
     pub(crate) rare: Value,
+    /// `pipeline` and `pipelineBatch` as they came (not in `rare`): each envelope is viewed
+    /// ([`Envelope`]), and a listed one goes on as a CUSTOM value byte for byte.
+    pub(crate) pipeline_raw: Option<&'a RawValue>,
+    pub(crate) batch_raw: Option<&'a RawValue>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Iac<'a> {
@@ -259,6 +323,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Iac<'a> {
                             }
                         }
                         crate::a2a::incoming::THINKING => iac.thinking = map.next_value()?,
+                        incoming::PIPELINE => iac.pipeline_raw = Some(map.next_value()?),
+                        incoming::PIPELINE_BATCH => iac.batch_raw = Some(map.next_value()?),
                         other => {
                             rare.insert(other.to_string(), map.next_value()?);
                         }

@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""Builds the bench frame sets (*.a2a.sse) from the real kernel's captured traffic (tests/data,
-a copy of /work/shared/captures). Each file is a cycle of frames the bench repeats; `$N` becomes
-the cycle number (tool call ids, so each cycle is a new call) and `$SEQ` a running pipeline
-sequence (so de-duplication never drops a repeat). Run from the repository root:
+"""Builds the bench frame sets (*.a2a.sse) from the real kernel's captured traffic: `text` and
+`tool` from tests/data (a copy of /work/shared/captures), `reasoning` and `pipeline` from
+benches/frames/captured (made by benches/frames/capture.py). Each file is a cycle of frames the
+bench repeats; `$N` becomes the cycle number (tool call ids, the pipeline step's run id and event
+ids, so each cycle is a new call, step attempt and event) and `$SEQ` a running pipeline sequence
+(so de-duplication never drops a repeat). Every frame is the kernel's, byte for byte, but for:
+the task, context and session ids, which become the permission flow's (one identity for every
+set, the ids the bench and the fake kernel replace), and the `$N`/`$SEQ` placeholders above.
+Run from the repository root:
     python3 benches/frames/make.py"""
 import json
+import re
 
 DATA = "tests/data/"
+CAPTURED = "benches/frames/captured/"
 TASK, CTX, SESSION = ("07195cb1-be1b-4aa4-93c0-53feadfa81e7",
                       "agui-58633450475f377504ca56b46b5a293d95591ee7",
                       "9d08fcfb-85c7-4bb8-9ec3-024ec4a1b37d")
@@ -17,12 +24,12 @@ N_TASK, N_CTX, N_SESSION = ("88b24f14-1984-4a52-9ab9-b44c1ac2ba2d",
 
 def capture_frames(path):
     if path.endswith(".jsonl"):
-        for line in open(path):
+        for line in open(path, encoding="utf-8"):
             v = json.loads(line)
             if v.get("kind") == "response" and v["line"].startswith("data: "):
                 yield v["line"][len("data: "):]
     else:
-        for line in open(path):
+        for line in open(path, encoding="utf-8"):
             if line.startswith("data: "):
                 yield line[len("data: "):].rstrip("\n")
 
@@ -30,18 +37,6 @@ def capture_frames(path):
 def same_ids(frame):
     """The normal turn's ids become the permission flow's: one identity for every set."""
     return frame.replace(N_TASK, TASK).replace(N_CTX, CTX).replace(N_SESSION, SESSION)
-
-
-def status(iac, message=None):
-    """A statusUpdate frame in the kernel's exact key order (as in the captures)."""
-    st = {"state": "TASK_STATE_WORKING"}
-    if message is not None:
-        st["message"] = message
-    body = {"taskId": TASK, "contextId": CTX, "status": st,
-            "metadata": {"iac_code": dict(iac, iacCodeSessionId=SESSION)}}
-    return json.dumps({"result": {"statusUpdate": body},
-                       "id": "566f8f0b-68d1-41f2-a87a-4bfaff0b5445", "jsonrpc": "2.0"},
-                      separators=(",", ":"))
 
 
 def text_set():
@@ -54,34 +49,66 @@ def tool_set():
             if '"tool":{' in f and "inputReceived" not in f]
 
 
+def iac_code(frame):
+    result = json.loads(frame)["result"]
+    item = result.get("statusUpdate") or result.get("task") or {}
+    return (item.get("metadata") or {}).get("iac_code") or {}
+
+
+def captured(name):
+    """A capture's frames with its task, context and session ids made the common ones."""
+    frames = list(capture_frames(CAPTURED + name + ".a2a.sse"))
+    first = json.loads(frames[0])["result"]
+    task, context = (first["task"]["id"], first["task"]["contextId"]) if "task" in first else \
+        (first["statusUpdate"]["taskId"], first["statusUpdate"]["contextId"])
+    # on the item's metadata.iac_code, or (pipeline mode) in the envelope only
+    session = next(m.group(1) for f in frames
+                   for m in [re.search(r'"iacCodeSessionId":"([^"]+)"', f)] if m)
+    ids = [(task, TASK), (context, CTX), (session, SESSION)]
+    for old, new in ids:
+        assert len(old) == len(new), (old, new)   # so every frame keeps its size
+    out = []
+    for f in frames:
+        for old, new in ids:
+            f = f.replace(old, new)
+        out.append(f)
+    return out
+
+
 def reasoning_set():
-    # The kernel's thinking exposure (`--thinking-exposure all`): metadata.iac_code.thinking on a
-    # status without a message, the text a model's reasoning delta.
-    words = ["The ", "user ", "wants ", "a ", "VPC ", "with ", "two ", "vSwitches; ", "check ", "zones. "]
-    return [status({"thinking": {"type": "raw_thinking", "text": w}}) for w in words]
-
-
-def envelope(event_type, extra):
-    # iac_code/a2a/pipeline_events.py `_envelope` (as tests/fake_kernel's `pipe`): the sequence is
-    # a float on the A2A wire.
-    env = {"schemaVersion": 1, "eventType": event_type, "eventId": "ev-$SEQ", "sequence": "$SEQF",
-           "pipelineRunId": "pr-1", "scope": "pipeline", "status": "working", "data": {}}
-    env.update(extra)
-    return env
+    # The normal turn's reasoning (`--thinking-exposure all`, the scripted LLM's
+    # `reasoning_content` deltas): metadata.iac_code.thinking {type: raw_thinking, text} on a
+    # status without a message, as captured.
+    return [f for f in captured("reasoning") if "thinking" in iac_code(f)]
 
 
 def pipeline_set():
-    step = {"scope": "step", "step": {"id": "plan-$N", "runId": "step-plan-$N-1", "attempt": 1}}
-    words = ["Collecting ", "requirements: ", "region ", "cn-hangzhou, ", "two ", "zones. "]
-    frames = [status({"pipeline": envelope("step_started", step)})]
-    frames += [status({"pipeline": envelope("text_delta", dict(step, data={"text": w}))}) for w in words]
-    frames.append(status({"pipeline": envelope("step_completed", step)}))
-    return [f.replace('"$SEQF"', "$SEQ.0") for f in frames]
+    # One whole pipeline step as streamed: architecture planning, from its step_started to its
+    # step_completed (context usage, message started, thinking and text deltas, complete_step's
+    # tool_started, usage, tool_result), each frame one `metadata.iac_code.pipeline` envelope.
+    frames = captured("pipeline-run2")
+    def env(f):
+        return iac_code(f).get("pipeline") or {}
+    def at(event_type):
+        return next(i for i, f in enumerate(frames) if env(f).get("eventType") == event_type
+                    and env(f).get("step", {}).get("id") == "architecture_planning")
+    step = frames[at("step_started"):at("step_completed") + 1]
+    call = next(env(f)["data"]["toolUseId"] for f in step if env(f)["eventType"] == "tool_started")
+    out = []
+    for f in step:
+        f, n = re.subn(r'"sequence":\d+\.0', '"sequence":$SEQ.0', f)
+        assert n == 1, f
+        f, n = re.subn(r'"eventId":"(evt-[0-9a-f]+)"', r'"eventId":"\1-$N"', f)
+        assert n == 1, f
+        f = f.replace('"runId":"step-architecture_planning-1"', '"runId":"step-architecture_planning-$N"')
+        f = f.replace(f'"toolUseId":"{call}"', '"toolUseId":"call_$N"')
+        out.append(f)
+    return out
 
 
 for name, frames in [("text", text_set()), ("tool", tool_set()),
                      ("reasoning", reasoning_set()), ("pipeline", pipeline_set())]:
-    with open(f"benches/frames/{name}.a2a.sse", "w") as f:
+    with open(f"benches/frames/{name}.a2a.sse", "w", encoding="utf-8") as f:
         for fr in frames:
             f.write("data: " + fr + "\n\n")
     print(name, len(frames), "frames,", sum(len(x) for x in frames) // len(frames), "bytes each on average")

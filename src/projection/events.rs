@@ -2,6 +2,7 @@
 //! serialised straight into a run's frame buffer ([`Events`]), or as JSON values (tests,
 //! observers). The per-item text events are written field by field, never built as a `Value`.
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 /// Serialised events, back to back, for one write to the client: no `Value` and, once the
@@ -10,6 +11,17 @@ use serde_json::{json, Map, Value};
 pub struct Events {
     json: Vec<u8>,
     ends: Vec<usize>,
+    /// Per event: where a text or reasoning delta's parts are.
+    spans: Vec<Option<DeltaSpans>>,
+}
+
+/// Where a text or reasoning delta's message id (the string inside its quotes) and its delta
+/// (the JSON string literal) sit in the event's JSON: the replay buffer's fold takes them from
+/// there instead of reading the event back.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaSpans {
+    pub message_id: (usize, usize),
+    pub delta: (usize, usize),
 }
 
 impl Events {
@@ -25,6 +37,7 @@ impl Events {
     pub fn clear(&mut self) {
         self.json.clear();
         self.ends.clear();
+        self.spans.clear();
     }
 
     /// Each event's JSON (one object, no newline).
@@ -46,6 +59,10 @@ pub trait Serialized {
     fn count(&self) -> usize;
     /// Calls `f` with each event's JSON, in order.
     fn each_json(&self, f: &mut dyn FnMut(&[u8]));
+    /// [`each_json`](Self::each_json), with the [`DeltaSpans`] of the deltas that know them.
+    fn each_event(&self, f: &mut dyn FnMut(&[u8], Option<DeltaSpans>)) {
+        self.each_json(&mut |json| f(json, None))
+    }
 }
 
 impl Serialized for Events {
@@ -54,6 +71,11 @@ impl Serialized for Events {
     }
     fn each_json(&self, f: &mut dyn FnMut(&[u8])) {
         self.iter().for_each(f)
+    }
+    fn each_event(&self, f: &mut dyn FnMut(&[u8], Option<DeltaSpans>)) {
+        self.iter()
+            .zip(&self.spans)
+            .for_each(|(json, spans)| f(json, *spans))
     }
 }
 
@@ -154,6 +176,7 @@ impl<'a> Out<'a> {
             Target::Frames(f) => {
                 let _ = serde_json::to_writer(&mut f.json, &event);
                 f.ends.push(f.json.len());
+                f.spans.push(None);
             }
         }
     }
@@ -170,16 +193,53 @@ impl<'a> Out<'a> {
             return;
         };
         let w = &mut f.json;
+        let start = w.len();
         w.extend_from_slice(b"{\"delta\":");
+        let delta_at = w.len() - start;
         let _ = serde_json::to_writer(&mut *w, delta);
+        let delta_end = w.len() - start;
         w.extend_from_slice(b",\"messageId\":");
+        let id_at = w.len() - start + 1;
         let _ = serde_json::to_writer(&mut *w, message_id);
+        let id_end = w.len() - start - 1;
         w.extend_from_slice(b",\"timestamp\":");
         let _ = serde_json::to_writer(&mut *w, &ts);
         w.extend_from_slice(b",\"type\":\"");
         w.extend_from_slice(kind.event_type().as_bytes());
         w.extend_from_slice(b"\"}");
         f.ends.push(w.len());
+        // An id the JSON escapes would not match its start event's: that one is read back.
+        let plain_id = id_end - id_at == message_id.len();
+        f.spans.push(plain_id.then_some(DeltaSpans {
+            message_id: (id_at, id_end),
+            delta: (delta_at, delta_end),
+        }));
+    }
+
+    /// Appends a `CUSTOM` event whose value is `raw`, copied as it is (keys in the same order a
+    /// `Value` writes them). JSON with a line break (a multi-line upstream event) is re-encoded:
+    /// an SSE `data:` line can't hold one.
+    pub(super) fn custom_raw(&mut self, name: Custom, raw: &RawValue) {
+        let one_line = !raw.get().bytes().any(|b| b == b'\n' || b == b'\r');
+        let ts = (self.clock)();
+        match &mut self.target {
+            Target::Frames(f) if one_line => {
+                let w = &mut f.json;
+                w.extend_from_slice(b"{\"name\":\"");
+                w.extend_from_slice(name.as_str().as_bytes());
+                w.extend_from_slice(b"\",\"timestamp\":");
+                let _ = serde_json::to_writer(&mut *w, &ts);
+                w.extend_from_slice(b",\"type\":\"CUSTOM\",\"value\":");
+                w.extend_from_slice(raw.get().as_bytes());
+                w.push(b'}');
+                f.ends.push(w.len());
+                f.spans.push(None);
+            }
+            _ => {
+                let value = serde_json::from_str(raw.get()).unwrap_or_default();
+                self.custom(name, value);
+            }
+        }
     }
 
     /// Appends a `CUSTOM` event.

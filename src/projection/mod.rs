@@ -23,7 +23,7 @@ mod steps;
 mod tools;
 mod usage;
 
-pub use events::{EventSink, Events, Serialized};
+pub use events::{DeltaSpans, EventSink, Events, Serialized};
 pub(crate) use item::normalize_state;
 pub use outcome::End;
 
@@ -41,8 +41,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use steps::Steps;
 use tools::{ToolUpdate, Tools};
 use usage::Usage;
-
-static NULL: Value = Value::Null;
 
 /// The identities of one AG-UI run and its A2A execution.
 #[derive(Debug, Clone, Default)]
@@ -78,6 +76,8 @@ pub struct Projection {
     /// The pipeline run in message ids: `pipeline-<threadId>` until a recovery snapshot names
     /// the kernel's (the reference's rule, `iac_code/agui/events.py`).
     pipeline_run_id: String,
+    /// A pipeline delta's message id, built in place (no `String` per envelope).
+    scratch_id: String,
     /// `reasoning-<runId>`, the one reasoning message id of the run.
     reasoning_id: String,
     /// Inputs of this execution answered already: a replay of one (in the stream or a task
@@ -98,6 +98,7 @@ impl Projection {
     pub fn new(ids: RunIds, lang: Lang) -> Projection {
         Projection {
             pipeline_run_id: format!("pipeline-{}", ids.thread_id),
+            scratch_id: String::new(),
             reasoning_id: format!("reasoning-{}", ids.run_id),
             answered: HashSet::new(),
             ids,
@@ -219,9 +220,10 @@ impl Projection {
         let out = &mut Out::new(events, self.clock);
         let (kind, head) = (item.kind, &item.head);
         let iac = &head.iac;
+        let envelopes = pipeline::Envelopes::of(iac);
         self.session
             .check_identity(&self.ids.context_id, kind, head)?;
-        self.session.learn(iac)?;
+        self.session.learn(iac, envelopes.session_ids())?;
         if self.session.is_known() {
             self.announce(out);
         }
@@ -238,7 +240,7 @@ impl Projection {
             }
             ItemKind::Task | ItemKind::StatusUpdate => {}
         }
-        self.on_iac(iac, out);
+        self.on_iac(iac, &envelopes, out);
         let status = head.status.obj();
         let message = status.map(|s| &s.message).filter(|m| m.is_present());
         if let Some(message) = message {
@@ -268,7 +270,7 @@ impl Projection {
         if let Some(envelopes) = state.get("events").and_then(Value::as_array) {
             self.dedup.recovering = true;
             for envelope in envelopes {
-                self.on_pipeline(envelope, out);
+                self.on_pipeline_value(envelope, out);
             }
             self.dedup.recovering = false;
         }
@@ -343,7 +345,7 @@ impl Projection {
 
     /// `metadata.iac_code` of a task or status update: reasoning, tool, MCP progress, pipeline
     /// events, usage, in that order.
-    fn on_iac(&mut self, iac: &crate::frame::Iac, out: &mut Out) {
+    fn on_iac(&mut self, iac: &crate::frame::Iac, envelopes: &pipeline::Envelopes, out: &mut Out) {
         if let Some(text) = iac.thinking.obj().and_then(Thinking::raw_text) {
             self.announce(out);
             let id = std::mem::take(&mut self.reasoning_id);
@@ -351,9 +353,6 @@ impl Projection {
             self.reasoning_id = id;
         }
         let iac = &iac.rare;
-        if iac.is_null() {
-            return;
-        }
         if let Some(tool) = iac.get(incoming::TOOL) {
             self.announce(out);
             if let Some(update) = ToolUpdate::from_iac(tool) {
@@ -363,9 +362,7 @@ impl Projection {
         if let Some(progress) = iac.get(incoming::MCP_PROGRESS).filter(|v| v.is_object()) {
             out.custom(Custom::ToolProgress, versioned(progress));
         }
-        for envelope in pipeline::envelopes(iac) {
-            self.on_pipeline(envelope, out);
-        }
+        self.on_envelopes(envelopes, out);
         if let Some(usage) = iac.get(incoming::USAGE) {
             self.usage.add(usage);
         }

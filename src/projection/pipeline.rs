@@ -4,10 +4,12 @@
 
 use super::events::{Custom, Out};
 use super::tools::ToolUpdate;
-use super::{Projection, NULL};
-use crate::a2a::incoming;
+use super::Projection;
+use crate::frame::{Coord, Envelope, Field, Iac, LStr};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
 
 /// What the projection does with a pipeline `eventType`: the one list of the types it handles.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,7 +100,10 @@ impl Kind {
 pub(super) struct Dedup {
     /// The highest sequence projected (`Durable::pipeline_sequence`).
     sequence: u64,
-    seen_ids: HashSet<String>,
+    /// The event ids seen, as 64-bit hashes: no string kept per event (two ids would collide
+    /// only after about 2^32 events in one run).
+    seen_ids: HashSet<u64>,
+    hasher: RandomState,
     /// Projecting `/iac-code/pipeline/state` events: they are admitted by event id alone (the
     /// reference's `map_pipeline_recovery`), since events of the gap being recovered can sit
     /// below sequences this run already saw live.
@@ -110,8 +115,7 @@ impl Dedup {
     pub(super) fn after(sequence: u64) -> Dedup {
         Dedup {
             sequence,
-            seen_ids: HashSet::new(),
-            recovering: false,
+            ..Dedup::default()
         }
     }
 
@@ -127,12 +131,9 @@ impl Dedup {
     }
 
     /// Whether the envelope is new; a new one advances the sequence.
-    fn admit(&mut self, event_type: &str, envelope: &Value) -> bool {
-        let sequence = envelope
-            .get("sequence")
-            .and_then(Value::as_f64)
-            .map(|s| s as u64);
-        let id = envelope.get("eventId").and_then(Value::as_str);
+    fn admit(&mut self, event_type: &str, envelope: &Envelope) -> bool {
+        let sequence = envelope.sequence.0.map(|s| s as u64);
+        let id = envelope.event_id.get();
         if let Some(seq) = sequence {
             if seq <= self.sequence && !(self.recovering && id.is_some()) {
                 log::debug!("pipeline event {event_type} seq {seq} replayed; skipped");
@@ -140,7 +141,7 @@ impl Dedup {
             }
         }
         if let Some(id) = id {
-            if !self.seen_ids.insert(id.to_string()) {
+            if !self.seen_ids.insert(self.hasher.hash_one(id)) {
                 log::debug!("pipeline event {id} replayed; skipped");
                 return false;
             }
@@ -153,45 +154,50 @@ impl Dedup {
 }
 
 impl Projection {
-    /// One pipeline envelope, in this order: its mapping, its CUSTOM event, the pipeline's end.
-    pub(super) fn on_pipeline(&mut self, envelope: &Value, out: &mut Out) {
-        let event_type = envelope
-            .get("eventType")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+    /// One pipeline envelope, in this order: its mapping, its CUSTOM event (`raw`, the
+    /// envelope's JSON as the kernel sent it), the pipeline's end.
+    pub(super) fn on_pipeline(&mut self, envelope: &Envelope, raw: &RawValue, out: &mut Out) {
+        let event_type = envelope.event_type.get().unwrap_or("");
         if !self.dedup.admit(event_type, envelope) {
             return;
         }
         self.announce(out);
         let kind = Kind::of(event_type);
-        let data = envelope.get("data").unwrap_or(&NULL);
         match kind {
             Kind::Text => {
-                if let Some(text) = delta_text(data) {
-                    let id = pipeline_message_id(envelope, &self.pipeline_run_id);
+                let data = envelope.delta();
+                if let Some(text) = non_empty(&data.text) {
+                    let mut id = std::mem::take(&mut self.scratch_id);
+                    id.clear();
+                    pipeline_message_id(&mut id, envelope, &self.pipeline_run_id);
                     self.pipeline_text(&id, text, out);
+                    self.scratch_id = id;
                 }
             }
             Kind::Thinking => {
                 // The kernel's `thinking_delta` data is `{type: "raw_thinking", text}`.
-                let raw = data.get("type").and_then(Value::as_str) == Some("raw_thinking");
-                if let Some(text) = delta_text(data).filter(|_| raw) {
-                    let id = pipeline_message_id(envelope, &self.pipeline_run_id);
-                    let id = format!("reasoning-{id}");
+                let data = envelope.delta();
+                let raw_thinking = data.kind.get() == Some("raw_thinking");
+                if let Some(text) = non_empty(&data.text).filter(|_| raw_thinking) {
+                    let mut id = std::mem::take(&mut self.scratch_id);
+                    id.clear();
+                    id.push_str("reasoning-");
+                    pipeline_message_id(&mut id, envelope, &self.pipeline_run_id);
                     self.spans.reasoning(&id, text, out);
+                    self.scratch_id = id;
                 }
             }
             Kind::ToolStarted => {
-                if let Some(update) = ToolUpdate::pipeline_started(data) {
+                if let Some(update) = ToolUpdate::pipeline_started(&envelope.data_value()) {
                     self.tool(update, out);
                 }
             }
             Kind::ToolResult => {
-                if let Some(update) = ToolUpdate::pipeline_result(data) {
+                if let Some(update) = ToolUpdate::pipeline_result(&envelope.data_value()) {
                     self.tool(update, out);
                 }
             }
-            Kind::Usage => self.usage.add(data),
+            Kind::Usage => self.usage.add(&envelope.data_value()),
             Kind::StepStarted => {
                 if let Some(key) = step_key(envelope) {
                     self.steps.start(&key, out);
@@ -208,7 +214,7 @@ impl Projection {
             }
         }
         if kind.travels_as_custom() {
-            out.custom(Custom::Pipeline, envelope.clone());
+            out.custom_raw(Custom::Pipeline, raw);
         }
         let ends = Kind::Custom {
             ends_pipeline: true,
@@ -217,17 +223,81 @@ impl Projection {
             self.steps.end_running(out);
         }
     }
+
+    /// An envelope as a `Value` (the kernel's pipeline state, or one the view refused, such as
+    /// one with a repeated key): viewed from its JSON.
+    pub(super) fn on_pipeline_value(&mut self, envelope: &Value, out: &mut Out) {
+        let Ok(raw) = serde_json::value::to_raw_value(envelope) else {
+            return;
+        };
+        if let Some(view) = Envelope::of(&raw) {
+            self.on_pipeline(&view, &raw, out);
+        }
+    }
 }
 
-/// The envelopes an item's `metadata.iac_code` carries: its batch first, then the single one.
-pub(super) fn envelopes(iac: &Value) -> impl Iterator<Item = &Value> {
-    let batch = iac
-        .get(incoming::PIPELINE_BATCH)
-        .and_then(|b| b.get("events"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten();
-    batch.chain(iac.get(incoming::PIPELINE).filter(|v| v.is_object()))
+/// The envelopes an item's `metadata.iac_code` carries, viewed once per item, each with its
+/// JSON as it came: its batch first, then the single one. An envelope the view refuses is kept
+/// raw and read as a `Value`.
+#[derive(Default)]
+pub(super) struct Envelopes<'a> {
+    batch: Vec<(Option<Envelope<'a>>, &'a RawValue)>,
+    single: Option<(Option<Envelope<'a>>, &'a RawValue)>,
+}
+
+impl<'a> Envelopes<'a> {
+    pub(super) fn of(iac: &Iac<'a>) -> Envelopes<'a> {
+        let view = |raw: &'a RawValue| (Envelope::of(raw), raw);
+        let batch = iac
+            .batch_raw
+            .and_then(|b| serde_json::from_str::<Field<RawBatch>>(b.get()).ok())
+            .and_then(|b| match b {
+                Field::Obj(b) => Some(b.events),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let single = iac.pipeline_raw.filter(|r| r.get().starts_with('{'));
+        Envelopes {
+            batch: batch.into_iter().map(view).collect(),
+            single: single.map(view),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(Option<Envelope<'a>>, &'a RawValue)> {
+        self.batch.iter().chain(&self.single)
+    }
+
+    /// The single envelope's session id, and the first one in the batch.
+    pub(super) fn session_ids(&self) -> (Option<&str>, Option<&str>) {
+        fn of<'s>(e: &'s (Option<Envelope>, &RawValue)) -> Option<&'s str> {
+            e.0.as_ref()?.session_id.get()
+        }
+        (
+            self.single.as_ref().and_then(of),
+            self.batch.iter().find_map(of),
+        )
+    }
+}
+
+impl Projection {
+    /// Every envelope of an item, in order.
+    pub(super) fn on_envelopes(&mut self, envelopes: &Envelopes, out: &mut Out) {
+        for (view, raw) in envelopes.iter() {
+            match view {
+                Some(view) => self.on_pipeline(view, raw, out),
+                None => {
+                    let value: Value = serde_json::from_str(raw.get()).unwrap_or_default();
+                    self.on_pipeline_value(&value, out);
+                }
+            }
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct RawBatch<'a> {
+    #[serde(borrow, default)]
+    events: Vec<&'a RawValue>,
 }
 
 /// The fields of the `ACTIVITY_SNAPSHOT` for the kernel's pipeline state, if it has a snapshot;
@@ -248,11 +318,9 @@ pub(super) fn snapshot(state: &Value, run: &mut String) -> Option<Value> {
     )
 }
 
-/// The non-empty `data.text` of a delta.
-fn delta_text(data: &Value) -> Option<&str> {
-    data.get("text")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty())
+/// A string field that is present and not empty.
+fn non_empty<'s>(s: &'s LStr) -> Option<&'s str> {
+    s.get().filter(|s| !s.is_empty())
 }
 
 /// A non-empty string field of an envelope coordinate (`step`, `candidate`, `candidateStep`).
@@ -270,42 +338,46 @@ fn field<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a str> {
 /// "<candidate runId>-<step>-<attempt>"}`; so a step's text is `…:step:step-intent_parsing-1`
 /// and a candidate step's `…:candidate_step:<candidate>:<candidate step>:<parent step>`:
 /// parallel candidates never share a message.
-pub(super) fn pipeline_message_id(envelope: &Value, pipeline_run_id: &str) -> String {
-    let scope = envelope
-        .get("scope")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .unwrap_or("pipeline");
-    let mut coordinates: Vec<&str> = Vec::new();
-    for key in ["candidate", "candidateStep", "step"] {
-        let c = envelope.get(key).filter(|c| c.is_object());
-        if let Some(id) = field(c, "runId").or_else(|| field(c, "id")) {
-            if !coordinates.contains(&id) {
-                coordinates.push(id);
-            }
+pub(super) fn pipeline_message_id(id: &mut String, envelope: &Envelope, pipeline_run_id: &str) {
+    let scope = non_empty(&envelope.scope).unwrap_or("pipeline");
+    let mut coordinates: [&str; 3] = [""; 3];
+    let mut n = 0;
+    for c in [
+        &envelope.candidate,
+        &envelope.candidate_step,
+        &envelope.step,
+    ] {
+        let c = c.obj();
+        let found = c.and_then(|c| non_empty(&c.run_id).or_else(|| non_empty(&c.id)));
+        if let Some(found) = found.filter(|f| !coordinates[..n].contains(f)) {
+            coordinates[n] = found;
+            n += 1;
         }
     }
-    let mut id = format!("pipeline-message:{pipeline_run_id}:{scope}");
-    for c in coordinates {
+    id.push_str("pipeline-message:");
+    id.push_str(pipeline_run_id);
+    id.push(':');
+    id.push_str(scope);
+    for c in &coordinates[..n] {
         id.push(':');
         id.push_str(c);
     }
-    id
 }
 
 /// `step:<id>`, or `candidate:<candidate>:<id>` inside a candidate (the candidate's `id`, else
 /// `subPipelineId`, else `runId`); the step is `candidateStep`, else `step` (the reference's
 /// `_pipeline_step_key`).
-pub(super) fn step_key(envelope: &Value) -> Option<String> {
-    let step = envelope
-        .get("candidateStep")
-        .filter(|s| s.is_object())
-        .or_else(|| envelope.get("step"));
-    let step = field(step, "id")?;
-    let c = envelope.get("candidate").filter(|c| c.is_object());
-    let candidate = field(c, "id")
-        .or_else(|| field(c, "subPipelineId"))
-        .or_else(|| field(c, "runId"));
+pub(super) fn step_key(envelope: &Envelope) -> Option<String> {
+    let step = match &envelope.candidate_step {
+        Field::Obj(step) => Some(step),
+        _ => envelope.step.obj(),
+    };
+    let step = step.and_then(|s| non_empty(&s.id))?;
+    let candidate = envelope.candidate.obj().and_then(|c: &Coord| {
+        non_empty(&c.id)
+            .or_else(|| non_empty(&c.sub_pipeline_id))
+            .or_else(|| non_empty(&c.run_id))
+    });
     Some(match candidate {
         Some(c) => format!("candidate:{c}:{step}"),
         None => format!("step:{step}"),

@@ -3,7 +3,6 @@
 
 use super::events::{Custom, Out};
 use super::RunIds;
-use crate::a2a::incoming;
 use crate::error::{Error, Msg};
 use crate::frame::{Head, Iac, ItemKind};
 use serde_json::json;
@@ -76,22 +75,14 @@ impl Session {
     /// different one than the thread's is `A2A_PROTOCOL_ERROR` (the spec's code for a
     /// task/context/session that no longer matches its mapping; the reference's
     /// `_remember_session_id`).
-    pub(super) fn learn(&mut self, view: &Iac) -> Result<(), Error> {
-        let iac = &view.rare;
+    /// `pipeline`: the session ids of the item's single pipeline envelope and of its batch.
+    pub(super) fn learn(
+        &mut self,
+        view: &Iac,
+        (single, batch): (Option<&str>, Option<&str>),
+    ) -> Result<(), Error> {
         let direct = view.session_id.is_present().then(|| view.session_id.get());
-        let found = direct
-            .unwrap_or_else(|| {
-                iac.get(incoming::PIPELINE)?
-                    .get(incoming::SESSION_ID)?
-                    .as_str()
-            })
-            .or_else(|| {
-                iac.get(incoming::PIPELINE_BATCH)?
-                    .get("events")?
-                    .as_array()?
-                    .iter()
-                    .find_map(|e| e.get(incoming::SESSION_ID)?.as_str())
-            });
+        let found = direct.unwrap_or(single).or(batch);
         match (found, self.session_id.as_deref()) {
             (Some(s), Some(known)) if s != known => Err(Msg::SessionChanged.err()),
             (Some(s), None) => {

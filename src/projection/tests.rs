@@ -386,3 +386,79 @@ fn a_message_seen_in_two_task_snapshots_of_one_run_is_sent_once_and_only_what_it
         .collect();
     assert_eq!(sent, "Both approved.");
 }
+
+#[test]
+fn a_listed_pipeline_envelope_goes_on_as_its_own_bytes_in_a_batch_or_alone() {
+    // Keys in the kernel's order, not sorted, and spacing a re-encoding would drop.
+    let first = r#"{"eventType": "pipeline_started", "sequence": 1, "eventId": "ev-1", "data": {"z": 1, "a": [1.50, "é"]}}"#;
+    let second =
+        r#"{"eventType":"stack_progress","sequence":2,"eventId":"ev-2","data":{"b":2,"a":1}}"#;
+    let alone = r#"{"eventType":"pipeline_completed","sequence":3,"eventId":"ev-3"}"#;
+    let frame = |iac: String| {
+        format!(
+            r#"{{"statusUpdate":{{"taskId":"task","contextId":"ctx","status":{{"state":"TASK_STATE_WORKING"}},"metadata":{{"iac_code":{iac}}}}}}}"#
+        )
+    };
+    let batch = frame(format!(
+        r#"{{"pipelineBatch":{{"events":[{first},{second}]}}}}"#
+    ));
+    let single = frame(format!(r#"{{"pipeline":{alone}}}"#));
+    let mut p = proj();
+    let mut out = Events::default();
+    for f in [&batch, &single] {
+        let item = crate::frame::Item::of_result(f).unwrap();
+        p.on_view(&item, &mut out).unwrap();
+    }
+    let customs: Vec<String> = out
+        .iter()
+        .map(|j| String::from_utf8(j.to_vec()).unwrap())
+        .filter(|j| j.contains("iac-code.pipeline.v1"))
+        .collect();
+    assert_eq!(customs.len(), 3, "{customs:?}");
+    for (event, envelope) in customs.iter().zip([first, second, alone]) {
+        assert!(
+            event.ends_with(&format!(",\"type\":\"CUSTOM\",\"value\":{envelope}}}")),
+            "{event}"
+        );
+        let v: Value = serde_json::from_str(event).unwrap();
+        assert_eq!(v["value"], serde_json::from_str::<Value>(envelope).unwrap());
+    }
+}
+
+#[test]
+fn a_pipeline_envelope_with_a_line_break_in_its_json_is_re_encoded_on_one_line() {
+    let envelope = "{\"eventType\":\"pipeline_started\",\n\"sequence\":1}";
+    let f = format!(
+        r#"{{"statusUpdate":{{"taskId":"task","contextId":"ctx","status":{{"state":"TASK_STATE_WORKING"}},"metadata":{{"iac_code":{{"pipeline":{envelope}}}}}}}}}"#
+    );
+    let mut p = proj();
+    let mut out = Events::default();
+    p.on_view(&crate::frame::Item::of_result(&f).unwrap(), &mut out)
+        .unwrap();
+    let custom = out
+        .iter()
+        .find(|j| j.windows(8).any(|w| w == b"pipeline"))
+        .unwrap();
+    assert!(!custom.contains(&b'\n'));
+    let v: Value = serde_json::from_slice(custom).unwrap();
+    assert_eq!(v["value"]["eventType"], "pipeline_started");
+}
+
+#[test]
+fn a_text_delta_marks_where_its_id_and_literal_are_unless_its_id_is_escaped() {
+    let mut p = proj();
+    let mut out = Events::default();
+    p.on_item(&text("m2", "Say \"hi\"\n"), &mut out).unwrap();
+    p.on_item(&text("m\\3", "x"), &mut out).unwrap();
+    let mut marked = vec![];
+    out.each_event(&mut |json, spans| {
+        if let Some(DeltaSpans { message_id, delta }) = spans {
+            let part = |(a, b): (usize, usize)| String::from_utf8(json[a..b].to_vec()).unwrap();
+            marked.push((part(message_id), part(delta)));
+        }
+    });
+    assert_eq!(
+        marked,
+        [("m2".to_string(), r#""Say \"hi\"\n""#.to_string())]
+    );
+}

@@ -279,23 +279,28 @@ impl<'a> Run<'a> {
                 }
                 Err(e) => return self.abandon(e),
             };
-            // Items already buffered upstream go out in one write with this one: fewer
-            // syscalls under load, and no added latency (we flush before we would block).
-            let write = if next.buffered {
-                Write::WithNextItem
-            } else {
-                Write::Now
-            };
-            #[cfg(debug_assertions)]
-            panic_if_asked(next.item.head.status.obj().and_then(|s| {
-                let text = s.message.obj()?.parts.as_str();
-                Some(text)
-            }));
-            let end = self.proj.on_view(&next.item, &mut self.out);
-            if let Some(end) = self.after_item(end, write) {
+            if let Some(end) = self.relay(&next) {
                 return end;
             }
         }
+    }
+
+    /// One item read from the stream: projected, and written unless the next is already
+    /// buffered upstream: those go out in one write with it (fewer syscalls under load, and no
+    /// added latency: the write comes before a read could block). `Some` ends the read.
+    fn relay(&mut self, next: &a2a::Next) -> Option<End> {
+        let write = if next.buffered {
+            Write::WithNextItem
+        } else {
+            Write::Now
+        };
+        #[cfg(debug_assertions)]
+        panic_if_asked(next.item.head.status.obj().and_then(|s| {
+            let text = s.message.obj()?.parts.as_str();
+            Some(text)
+        }));
+        let end = self.proj.on_view(&next.item, &mut self.out);
+        self.after_item(end, write)
     }
 
     /// Projects one item, persisting newly learned identities first, and writes its events when

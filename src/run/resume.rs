@@ -372,20 +372,15 @@ impl Run<'_> {
             if self.active.is_cancelled() {
                 return Some(End::Failed(Msg::Cancelled.err()));
             }
-            let item = match upstream.next_result() {
-                Ok(Some(item)) => item,
+            let next = match upstream.next_view() {
+                Ok(Some(next)) => next,
                 Ok(None) => return None,
                 Err(e) => {
                     log::warn!("the A2A stream stopped: {e}");
                     return None;
                 }
             };
-            let write = if upstream.has_buffered() {
-                Write::WithNextItem
-            } else {
-                Write::Now
-            };
-            if let Some(end) = self.project(&item, write) {
+            if let Some(end) = self.relay(&next) {
                 return Some(end);
             }
         }
