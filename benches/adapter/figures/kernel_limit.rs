@@ -42,8 +42,8 @@ impl Pass {
     }
 }
 
-/// A path to the client: straight from the kernel, or through one adapter.
-struct Path7<'a> {
+/// A route to the client: straight from the kernel, or through one adapter.
+struct Route<'a> {
     name: &'static str,
     srv: Option<&'a Server>,
     passes: Vec<Pass>,
@@ -63,7 +63,7 @@ pub(crate) fn kernel_limit(rep: &mut Report, ours: &Impl, root: &Path, runs: &mu
         .map_err(|e| rep.line(format!("The reference is not measured: {e}.\n")))
         .ok()
         .map(|p| start(&kernel, &Impl::Reference(p), root));
-    let mut paths = vec![Path7::new(DIRECT, None, String::new())];
+    let mut paths = vec![Route::new(DIRECT, None, String::new())];
     for (name, s) in [(OURS, Some(&srv)), (REFERENCE, reference.as_ref())] {
         match s {
             Some(Ok((srv, at_start))) => {
@@ -79,28 +79,33 @@ pub(crate) fn kernel_limit(rep: &mut Report, ours: &Impl, root: &Path, runs: &mu
                     "at its start: {at_start}; around one run: {}",
                     kernel.calls()
                 );
-                paths.push(Path7::new(name, Some(srv), calls));
+                paths.push(Route::new(name, Some(srv), calls));
             }
             Some(Err(e)) => rep.line(format!("{name} did not start: `{e}`\n")),
             None => {}
         }
     }
     let _ = pass(&kernel, None, runs.next());
-    for _ in 0..ROUNDS {
-        for p in &mut paths {
-            match pass(&kernel, p.srv, runs.next()) {
-                Ok(r) => p.passes.push(r),
-                Err(e) => p.error = Some(e),
-            }
-        }
-    }
+    rounds(&kernel, &mut paths, runs);
     table(rep, &paths, &kernel);
     ratios(rep, &paths);
 }
 
-impl<'a> Path7<'a> {
-    fn new(name: &'static str, srv: Option<&'a Server>, calls: String) -> Path7<'a> {
-        Path7 {
+/// `ROUNDS` rounds, each one run along every route in turn (so that all see the same load).
+fn rounds(kernel: &MiniKernel, routes: &mut [Route], runs: &mut RunNumbers) {
+    for _ in 0..ROUNDS {
+        for r in routes.iter_mut() {
+            match pass(kernel, r.srv, runs.next()) {
+                Ok(p) => r.passes.push(p),
+                Err(e) => r.error = Some(e),
+            }
+        }
+    }
+}
+
+impl<'a> Route<'a> {
+    fn new(name: &'static str, srv: Option<&'a Server>, calls: String) -> Route<'a> {
+        Route {
             name,
             srv,
             passes: vec![],
@@ -118,7 +123,7 @@ impl<'a> Path7<'a> {
 fn start(kernel: &MiniKernel, imp: &Impl, root: &Path) -> Res<(Server, String)> {
     kernel.reset_calls();
     let (srv, _) = Server::start(imp, &kernel.url, None, root)?;
-    // The reference checks its kernel in the background after /health answers.
+    // Whatever an adapter asks its kernel just after it is up counts as "at its start".
     std::thread::sleep(Duration::from_millis(500));
     Ok((srv, kernel.calls()))
 }
@@ -170,7 +175,7 @@ fn pass(kernel: &MiniKernel, srv: Option<&Server>, run: u64) -> Res<Pass> {
     })
 }
 
-fn table(rep: &mut Report, paths: &[Path7], kernel: &MiniKernel) {
+fn table(rep: &mut Report, paths: &[Route], kernel: &MiniKernel) {
     rep.line(format!(
         "Frames as the real kernel's (benches/frames/text.a2a.sse cycled; {} bytes a frame on average), \
          between the submitted task and `TASK_STATE_COMPLETED`. The client is the ureq line reader of \
@@ -240,12 +245,12 @@ fn table(rep: &mut Report, paths: &[Path7], kernel: &MiniKernel) {
 }
 
 /// Ours against the direct limit and against the reference, round by round and by medians.
-fn ratios(rep: &mut Report, paths: &[Path7]) {
+fn ratios(rep: &mut Report, paths: &[Route]) {
     let of = |name: &str| paths.iter().find(|p| p.name == name);
     let (Some(direct), Some(ours)) = (of(DIRECT), of(OURS)) else {
         return;
     };
-    let per_round = |a: &Path7, b: &Path7, f: &dyn Fn(f64, f64) -> String| {
+    let per_round = |a: &Route, b: &Route, f: &dyn Fn(f64, f64) -> String| {
         let v: Vec<String> = a
             .passes
             .iter()
