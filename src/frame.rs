@@ -347,6 +347,8 @@ pub(crate) struct Iac<'a> {
     /// ([`Envelope`]), and a listed one goes on as a CUSTOM value byte for byte.
     pub(crate) pipeline_raw: Option<&'a RawValue>,
     pub(crate) batch_raw: Option<&'a RawValue>,
+    /// `tool` as it came (not in `rare`): most tool updates are read through a small view.
+    pub(crate) tool_raw: Option<&'a RawValue>,
 }
 
 impl<'de: 'a, 'a> FillFrom<'de> for Iac<'a> {
@@ -364,6 +366,7 @@ impl<'de: 'a, 'a> FillFrom<'de> for Iac<'a> {
                 incoming::THINKING => self.thinking = map.next_value()?,
                 incoming::PIPELINE => self.pipeline_raw = Some(map.next_value()?),
                 incoming::PIPELINE_BATCH => self.batch_raw = Some(map.next_value()?),
+                incoming::TOOL => self.tool_raw = Some(map.next_value()?),
                 other => {
                     rare.insert(other.to_string(), map.next_value()?);
                 }
@@ -732,7 +735,12 @@ mod tests {
         assert!(item.head.id.is_present() && item.head.id.get().is_none());
         assert!(item.head.status.is_present() && item.head.status.obj().is_none());
         assert!(!item.head.iac.final_complete);
-        assert_eq!(item.head.iac.rare["tool"]["a"], 1);
+        assert_eq!(
+            item.head.iac.tool_raw.map(RawValue::get),
+            Some(r#"{"a":1}"#)
+        );
+        let item = Item::of_result(r#"{"metadata":{"iac_code":{"usage":{"n":2}}}}"#).unwrap();
+        assert_eq!(item.head.iac.rare["usage"]["n"], 2);
         let parts = Item::of_result(
             r#"{"parts":[{"text":"a"},{"text":1},"x",{"text":"b\n"}],"messageId":"m"}"#,
         )
