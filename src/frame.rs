@@ -225,12 +225,10 @@ impl<'a> Head<'a> {
             "id" => self.id = map.next_value()?,
             "taskId" => self.task_id = map.next_value()?,
             "contextId" => self.context_id = map.next_value()?,
-            "status" => self.status = map.next_value()?,
+            "status" => fill_field(&mut self.status, map)?,
             "metadata" => {
-                self.iac = match map.next_value::<Field<Meta>>()? {
-                    Field::Obj(m) => m.iac_code,
-                    _ => Iac::default(),
-                }
+                self.iac = Iac::default();
+                map.next_value_seed(Fill(&mut Meta(&mut self.iac)))?;
             }
             "history" => self.history = Some(map.next_value()?),
             "messageId" => self.message_id = map.next_value()?,
@@ -253,13 +251,40 @@ impl<'de: 'a, 'a> FillFrom<'de> for Head<'a> {
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
+/// Fills an object field in place: `Obj` when the value is an object, else `Other`.
+fn fill_field<'de, T, M>(field: &mut Field<T>, map: &mut M) -> Result<(), M::Error>
+where
+    T: Default + FillFrom<'de>,
+    M: MapAccess<'de>,
+{
+    *field = Field::Obj(T::default());
+    if let Field::Obj(t) = field {
+        if !map.next_value_seed(Fill(t))? {
+            *field = Field::Other;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Default)]
 pub(crate) struct Status<'a> {
-    #[serde(borrow)]
     pub(crate) state: LStr<'a>,
-    #[serde(borrow)]
     pub(crate) message: Field<Message<'a>>,
+}
+
+impl<'de: 'a, 'a> FillFrom<'de> for Status<'a> {
+    fn fill<M: MapAccess<'de>>(&mut self, mut map: M) -> Result<(), M::Error> {
+        while let Some(key) = map.next_key::<LStr<'de>>()? {
+            match key.get().unwrap_or("") {
+                "state" => self.state = map.next_value()?,
+                "message" => fill_field(&mut self.message, &mut map)?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Status<'_> {
@@ -268,22 +293,44 @@ impl Status<'_> {
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
+#[derive(Default)]
 pub(crate) struct Message<'a> {
-    #[serde(borrow)]
     pub(crate) role: LStr<'a>,
-    #[serde(borrow, rename = "messageId")]
     pub(crate) message_id: LStr<'a>,
-    #[serde(borrow)]
     pub(crate) parts: Text<'a>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Meta<'a> {
-    #[serde(borrow)]
-    iac_code: Iac<'a>,
+impl<'de: 'a, 'a> FillFrom<'de> for Message<'a> {
+    fn fill<M: MapAccess<'de>>(&mut self, mut map: M) -> Result<(), M::Error> {
+        while let Some(key) = map.next_key::<LStr<'de>>()? {
+            match key.get().unwrap_or("") {
+                "role" => self.role = map.next_value()?,
+                "messageId" => self.message_id = map.next_value()?,
+                "parts" => self.parts = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `metadata`: only its `iac_code` is read, into the head's [`Iac`].
+struct Meta<'i, 'a>(&'i mut Iac<'a>);
+
+impl<'de: 'a, 'a> FillFrom<'de> for Meta<'_, 'a> {
+    fn fill<M: MapAccess<'de>>(&mut self, mut map: M) -> Result<(), M::Error> {
+        while let Some(key) = map.next_key::<LStr<'de>>()? {
+            if key.get() == Some("iac_code") {
+                *self.0 = Iac::default();
+                map.next_value_seed(Fill(&mut *self.0))?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `metadata.iac_code`: the keys every text or reasoning frame carries, typed; the other keys
@@ -300,65 +347,35 @@ pub(crate) struct Iac<'a> {
     /// ([`Envelope`]), and a listed one goes on as a CUSTOM value byte for byte.
     pub(crate) pipeline_raw: Option<&'a RawValue>,
     pub(crate) batch_raw: Option<&'a RawValue>,
+    /// `tool` as it came (not in `rare`): most tool updates are read through a small view.
+    pub(crate) tool_raw: Option<&'a RawValue>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Iac<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Iac<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Iac<'a>, M::Error> {
-                let mut iac = Iac::default();
-                let mut rare = serde_json::Map::new();
-                while let Some(key) = map.next_key::<LStr<'de>>()? {
-                    match key.get().unwrap_or("") {
-                        crate::a2a::incoming::SESSION_ID => iac.session_id = map.next_value()?,
-                        "assistantFinal" => {
-                            iac.final_complete = match map.next_value::<Field<Final>>()? {
-                                Field::Obj(f) => f.complete.0,
-                                _ => false,
-                            }
-                        }
-                        crate::a2a::incoming::THINKING => iac.thinking = map.next_value()?,
-                        incoming::PIPELINE => iac.pipeline_raw = Some(map.next_value()?),
-                        incoming::PIPELINE_BATCH => iac.batch_raw = Some(map.next_value()?),
-                        other => {
-                            rare.insert(other.to_string(), map.next_value()?);
-                        }
+impl<'de: 'a, 'a> FillFrom<'de> for Iac<'a> {
+    fn fill<M: MapAccess<'de>>(&mut self, mut map: M) -> Result<(), M::Error> {
+        let mut rare = serde_json::Map::new();
+        while let Some(key) = map.next_key::<LStr<'de>>()? {
+            match key.get().unwrap_or("") {
+                incoming::SESSION_ID => self.session_id = map.next_value()?,
+                "assistantFinal" => {
+                    self.final_complete = match map.next_value::<Field<Final>>()? {
+                        Field::Obj(f) => f.complete.0,
+                        _ => false,
                     }
                 }
-                if !rare.is_empty() {
-                    iac.rare = Value::Object(rare);
+                incoming::THINKING => self.thinking = map.next_value()?,
+                incoming::PIPELINE => self.pipeline_raw = Some(map.next_value()?),
+                incoming::PIPELINE_BATCH => self.batch_raw = Some(map.next_value()?),
+                incoming::TOOL => self.tool_raw = Some(map.next_value()?),
+                other => {
+                    rare.insert(other.to_string(), map.next_value()?);
                 }
-                Ok(iac)
-            }
-            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Iac<'a>, S::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Iac::default())
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Iac<'a>, E> {
-                Ok(Iac::default())
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Iac<'a>, E> {
-                Ok(Iac::default())
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Iac<'a>, E> {
-                Ok(Iac::default())
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Iac<'a>, E> {
-                Ok(Iac::default())
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Iac<'a>, E> {
-                Ok(Iac::default())
-            }
-            fn visit_unit<E>(self) -> Result<Iac<'a>, E> {
-                Ok(Iac::default())
             }
         }
-        d.deserialize_any(V(std::marker::PhantomData))
+        if !rare.is_empty() {
+            self.rare = Value::Object(rare);
+        }
+        Ok(())
     }
 }
 
@@ -718,7 +735,12 @@ mod tests {
         assert!(item.head.id.is_present() && item.head.id.get().is_none());
         assert!(item.head.status.is_present() && item.head.status.obj().is_none());
         assert!(!item.head.iac.final_complete);
-        assert_eq!(item.head.iac.rare["tool"]["a"], 1);
+        assert_eq!(
+            item.head.iac.tool_raw.map(RawValue::get),
+            Some(r#"{"a":1}"#)
+        );
+        let item = Item::of_result(r#"{"metadata":{"iac_code":{"usage":{"n":2}}}}"#).unwrap();
+        assert_eq!(item.head.iac.rare["usage"]["n"], 2);
         let parts = Item::of_result(
             r#"{"parts":[{"text":"a"},{"text":1},"x",{"text":"b\n"}],"messageId":"m"}"#,
         )

@@ -352,10 +352,11 @@ impl Projection {
             self.spans.reasoning(&id, text, out);
             self.reasoning_id = id;
         }
+        let view = iac;
         let iac = &iac.rare;
-        if let Some(tool) = iac.get(incoming::TOOL) {
+        if let Some(tool) = view.tool_raw {
             self.announce(out);
-            if let Some(update) = ToolUpdate::from_iac(tool) {
+            if let Some(update) = ToolUpdate::from_raw(tool) {
                 self.tool(update, out);
             }
         }

@@ -2,6 +2,8 @@
 //! `TOOL_CALL_*` spans, each call started, ended and answered at most once.
 
 use super::events::{versioned, Out};
+use crate::frame::{Field, LStr};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -22,6 +24,33 @@ pub(super) enum ToolUpdate {
 }
 
 impl ToolUpdate {
+    /// Reads `metadata.iac_code.tool` as it came: the statuses that carry nothing but ids (a
+    /// start, the kernel's many `input_delta`s) through a borrowed view, the others as a `Value`.
+    pub(super) fn from_raw(tool: &RawValue) -> Option<ToolUpdate> {
+        let view = match serde_json::from_str::<Field<ToolView>>(tool.get()) {
+            Ok(Field::Obj(view)) => view,
+            Ok(_) => return None,
+            // A shape the view refuses (a repeated key): read as before.
+            Err(_) => return ToolUpdate::from_iac(&serde_json::from_str(tool.get()).ok()?),
+        };
+        match view.status.get().unwrap_or("") {
+            "started" => {
+                let name = match view.name.is_present() {
+                    true => view.name.get(),
+                    false => view.tool_name.get(),
+                };
+                Some(ToolUpdate::Started {
+                    id: view.id.get()?.to_string(),
+                    name: name.unwrap_or("tool").to_string(),
+                })
+            }
+            "input_complete" | "completed" | "failed" | "progress" => {
+                ToolUpdate::from_iac(&serde_json::from_str(tool.get()).ok()?)
+            }
+            _ => None,
+        }
+    }
+
     /// Reads `metadata.iac_code.tool`; `None` without a `toolUseId` or for a status we ignore.
     pub(super) fn from_iac(tool: &Value) -> Option<ToolUpdate> {
         let id = tool.get("toolUseId")?.as_str()?.to_string();
@@ -82,6 +111,20 @@ impl ToolUpdate {
         };
         Some(ToolUpdate::Result { id, content })
     }
+}
+
+/// The fields of a tool update every status has.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct ToolView<'a> {
+    #[serde(borrow, rename = "toolUseId")]
+    id: LStr<'a>,
+    #[serde(borrow)]
+    name: LStr<'a>,
+    #[serde(borrow, rename = "toolName")]
+    tool_name: LStr<'a>,
+    #[serde(borrow)]
+    status: LStr<'a>,
 }
 
 /// What was sent for one call.
