@@ -26,7 +26,8 @@ impl Parser {
         Parser::default()
     }
 
-    /// Feeds `bytes`, pushing each complete event's data onto `out`.
+    /// Feeds `bytes`, pushing each complete event's data onto `out`. A line that is whole in
+    /// `bytes` is read where it is; only a line cut by the end of `bytes` is kept to be joined.
     pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<Vec<u8>>) -> io::Result<()> {
         while let Some(&first) = bytes.first() {
             if self.after_cr && first == b'\n' {
@@ -34,24 +35,35 @@ impl Parser {
                 bytes = &bytes[1..];
                 continue;
             }
-            let end = line_end(bytes);
-            let part = &bytes[..end.unwrap_or(bytes.len())];
-            if !part.is_empty() {
-                if self.line.len() + self.data.len() + part.len() > MAX_EVENT_BYTES {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "SSE event too large",
-                    ));
-                }
-                self.line.extend_from_slice(part);
-                self.after_cr = false;
-            }
-            let Some(i) = end else {
+            self.after_cr = false;
+            let Some(i) = line_end(bytes) else {
+                self.check_size(bytes.len())?;
+                self.line.extend_from_slice(bytes);
                 return Ok(());
             };
             self.after_cr = bytes[i] == b'\r';
-            self.end_line(out);
+            if self.line.is_empty() {
+                self.check_size(i)?;
+                self.end_line(&bytes[..i], out);
+            } else {
+                self.check_size(i)?;
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(&bytes[..i]);
+                self.end_line(&line, out);
+                line.clear();
+                self.line = line;
+            }
             bytes = &bytes[i + 1..];
+        }
+        Ok(())
+    }
+
+    fn check_size(&self, more: usize) -> io::Result<()> {
+        if self.line.len() + self.data.len() + more > MAX_EVENT_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "SSE event too large",
+            ));
         }
         Ok(())
     }
@@ -64,8 +76,8 @@ impl Parser {
         }
     }
 
-    fn end_line(&mut self, out: &mut Vec<Vec<u8>>) {
-        if self.line.is_empty() {
+    fn end_line(&mut self, line: &[u8], out: &mut Vec<Vec<u8>>) {
+        if line.is_empty() {
             if self.has_data {
                 let next = self.spare.pop().unwrap_or_default();
                 out.push(std::mem::replace(&mut self.data, next));
@@ -73,18 +85,13 @@ impl Parser {
             }
             return;
         }
-        let line = std::mem::take(&mut self.line);
         let (field, value) = match line.iter().position(|&c| c == b':') {
-            Some(0) => {
-                self.line = line;
-                self.line.clear();
-                return; // a comment
-            }
+            Some(0) => return, // a comment
             Some(i) => {
                 let v = &line[i + 1..];
                 (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
             }
-            None => (&line[..], &b""[..]),
+            None => (line, &b""[..]),
         };
         if field == b"data" {
             if self.has_data {
@@ -94,13 +101,9 @@ impl Parser {
             self.has_data = true;
         }
         // `event`, `id` and `retry` do not matter for JSON-RPC streams.
-        self.line = line;
-        self.line.clear();
     }
 }
 
-/// The index of the first CR or LF: eight bytes at a time (the SWAR zero-byte test; a false hit
-/// only ends the fast scan early), then byte by byte.
 fn line_end(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -260,5 +263,22 @@ mod tests {
         let mut r = EventReader::new(&b"data: 1\n\ndata: 2"[..]);
         assert_eq!(r.next_event().unwrap(), Some(b"1".to_vec()));
         assert_eq!(r.next_event().unwrap(), None);
+    }
+
+    #[test]
+    fn an_event_beyond_the_cap_is_refused_whether_its_lines_are_cut_or_whole() {
+        let chunk = vec![b'x'; 1 << 20];
+        let mut p = Parser::new();
+        let mut out = Vec::new();
+        p.feed(b"data: ", &mut out).unwrap();
+        let cut = (0..17).try_for_each(|_| p.feed(&chunk, &mut out));
+        assert_eq!(cut.unwrap_err().kind(), io::ErrorKind::InvalidData);
+        let mut p = Parser::new();
+        let mut line = b"data: ".to_vec();
+        line.extend_from_slice(&chunk);
+        line.push(b'\n');
+        let whole = (0..17).try_for_each(|_| p.feed(&line, &mut out));
+        assert_eq!(whole.unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert!(out.is_empty());
     }
 }
