@@ -120,6 +120,8 @@ struct Run<'a> {
     out: Events,
     /// Their SSE frames (reused: a frame allocates nothing).
     frames: Vec<u8>,
+    /// A task or session id learned and not yet written to the thread's document.
+    identities_unsaved: bool,
     /// The request's one language decision (errors and interrupt texts).
     lang: Lang,
     /// `preferredLanguage` for the kernel: the client's own tag, else the decided language's.
@@ -161,6 +163,7 @@ impl<'a> Run<'a> {
             proj,
             out: Events::default(),
             frames: Vec::with_capacity(4096),
+            identities_unsaved: false,
             lang: a.lang,
             lang_tag,
             live,
@@ -315,18 +318,22 @@ impl<'a> Run<'a> {
         self.after_item(end, write)
     }
 
-    /// What follows an item's projection: identities persisted, events written when `write`
-    /// says so (an end is written at once). `Some` ends the pump.
+    /// What follows an item's projection: identities learned, and persisted before events are
+    /// written, when `write` says so (an end is written at once). `Some` ends the pump.
     fn after_item(&mut self, end: Result<Option<End>, Error>, write: Write) -> Option<End> {
         let end = match end {
             Ok(end) => end,
             Err(e) => return Some(self.abandon(e)),
         };
-        if let Err(e) = self.learn_identities() {
+        self.learn_identities();
+        let now = matches!(write, Write::Now) || end.is_some();
+        if !now {
+            return end;
+        }
+        if let Err(e) = self.save_identities() {
             return Some(self.abandon(e));
         }
-        let now = matches!(write, Write::Now) || end.is_some();
-        if now && !self.flush() {
+        if !self.flush() {
             log::info!(
                 "client of run {} went away; cancelling its task",
                 self.input.run_id
@@ -336,8 +343,9 @@ impl<'a> Run<'a> {
         end
     }
 
-    /// The task and session ids are recovery-critical: written before the run goes on.
-    fn learn_identities(&mut self) -> Result<(), Error> {
+    /// Takes the task and session ids the projection learned into the thread's document (and
+    /// the task id at once where a cancel looks for it).
+    fn learn_identities(&mut self) {
         let exec_task = self
             .doc
             .execution
@@ -347,7 +355,7 @@ impl<'a> Run<'a> {
         let changed_session = self.proj.session_id().is_some()
             && self.doc.iac_code_session_id.as_deref() != self.proj.session_id();
         if !changed_task && !changed_session {
-            return Ok(());
+            return;
         }
         let task = self.proj.task_id().map(String::from);
         let session = self.proj.session_id().map(String::from);
@@ -358,7 +366,19 @@ impl<'a> Run<'a> {
         if changed_session {
             self.doc.iac_code_session_id = session;
         }
-        self.save()
+        self.identities_unsaved = true;
+    }
+
+    /// The task and session ids are recovery-critical: written before any event of the items
+    /// that brought them. Items read in one go share one write (the kernel's task and its first
+    /// update bring the task id and the session id: one fsync'd write, not two).
+    fn save_identities(&mut self) -> Result<(), Error> {
+        if !self.identities_unsaved {
+            return Ok(());
+        }
+        self.save()?;
+        self.identities_unsaved = false;
+        Ok(())
     }
 
     /// What the task's end means for the execution: closed, or waiting for input.
