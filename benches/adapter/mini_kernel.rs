@@ -4,7 +4,9 @@
 //! thread per connection, one request per connection (`Connection: close`, as the fake kernel).
 //!
 //! The stream is a template split at the ids (task, context, session, JSON-RPC id); a request only
-//! fills them in while it copies the template out in `WRITE_CHUNK` writes. It also answers what the
+//! fills them in while it copies the template out in `WRITE_CHUNK` writes, or one write per frame
+//! ([`Writes::PerFrame`]: as a server that flushes every event, which the real kernel's SSE
+//! response does). It also answers what the
 //! adapters call around a run (GetTask, CancelTask, session restore, pipeline state, /health, the
 //! agent card) and counts every call, so the report can say what each adapter asked for.
 
@@ -14,7 +16,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub(crate) const MINI_FRAMES: usize = 20_000;
@@ -39,6 +41,15 @@ enum Piece {
     Hole(Hole),
 }
 
+/// How the kernel writes its stream.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Writes {
+    /// `WRITE_CHUNK` bytes at a time: the kernel costs next to nothing.
+    Chunks,
+    /// One `write(2)` per frame.
+    PerFrame,
+}
+
 pub(crate) struct MiniKernel {
     pub(crate) url: String,
     shared: Arc<Shared>,
@@ -54,6 +65,7 @@ struct Shared {
     /// The CPU time (µs) of the thread that wrote the last stream.
     last_stream_cpu_us: AtomicU64,
     tasks: Mutex<BTreeMap<String, String>>,
+    per_frame: AtomicBool,
 }
 
 impl MiniKernel {
@@ -83,6 +95,12 @@ impl MiniKernel {
         let calls = self.shared.calls.lock().unwrap();
         let all: Vec<String> = calls.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
         all.join(", ")
+    }
+
+    pub(crate) fn set_writes(&self, writes: Writes) {
+        self.shared
+            .per_frame
+            .store(writes == Writes::PerFrame, Ordering::SeqCst);
     }
 
     pub(crate) fn reset_calls(&self) {
@@ -198,6 +216,7 @@ fn stream(s: &Shared, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
     let rpc_id = serde_json::to_string(&req["id"]).unwrap();
     let mut out = conn;
     out.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n")?;
+    let per_frame = s.per_frame.load(Ordering::SeqCst);
     let mut buf = Vec::with_capacity(WRITE_CHUNK + 4096);
     for piece in &s.template {
         buf.extend_from_slice(match piece {
@@ -207,12 +226,22 @@ fn stream(s: &Shared, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
             Piece::Hole(Hole::Session) => session.as_bytes(),
             Piece::Hole(Hole::RpcId) => rpc_id.as_bytes(),
         });
-        if buf.len() >= WRITE_CHUNK {
+        if buf.len() >= WRITE_CHUNK && !per_frame {
             out.write_all(&buf)?;
             buf.clear();
         }
     }
-    out.write_all(&buf)?;
+    if per_frame {
+        let mut rest = &buf[..];
+        while !rest.is_empty() {
+            let end = rest.windows(2).position(|w| w == b"\n\n");
+            let end = end.map_or(rest.len(), |i| i + 2);
+            out.write_all(&rest[..end])?;
+            rest = &rest[end..];
+        }
+    } else {
+        out.write_all(&buf)?;
+    }
     s.last_stream_cpu_us
         .store(thread_cpu_us() - cpu0, Ordering::SeqCst);
     Ok(())
