@@ -77,14 +77,17 @@ fn main() {
     let ours = Impl::Ours(std::env::var("BENCH_ADAPTER_BIN").unwrap_or_else(|_| BIN.to_string()));
     let mut rep = Report::default();
     let mut runs = RunNumbers::default();
-    // BENCH_ONLY=<name>: one figure alone (frames = 6, limit = 7, start = 8).
+    // BENCH_ONLY=<name>: one figure alone (held = 3, frames = 6, limit = 7, start = 8).
     let only = std::env::var("BENCH_ONLY").ok();
     if let Some(only) = only.as_deref() {
         match only {
             "frames" => frames_section(&mut rep, &ours, &kernel.url, &root, &mut runs),
             "limit" => kernel_limit(&mut rep, &ours, &root, &mut runs),
             "start" => run_latency(&mut rep, &ours, &kernel, &mut runs),
-            other => panic!("BENCH_ONLY={other}: not a figure (frames, limit, start)"),
+            "held" => {
+                let _ = held_runs(&mut rep, &ours, &kernel, &root);
+            }
+            other => panic!("BENCH_ONLY={other}: not a figure (held, frames, limit, start)"),
         }
         rep.line(format!("\nDuring this section {}.\n", other_cpu(&mark)));
         report::write(&rep, started, &bench_mark);

@@ -6,6 +6,8 @@
 
 use std::collections::VecDeque;
 
+const FIRST_BLOCK: usize = 4096;
+
 pub(super) struct Ring {
     blocks: VecDeque<Vec<u8>>,
     /// The number of `blocks[0]` since the ring began (blocks are numbered in push order).
@@ -82,6 +84,8 @@ impl Ring {
                 b.clear();
                 b
             }
+            // A run's first block is small: most turns are short, and a held run costs little.
+            _ if self.last == 0 => Vec::with_capacity(FIRST_BLOCK.max(at_least)),
             _ => Vec::with_capacity(self.block_size.max(at_least)),
         };
         self.blocks.push_back(block);

@@ -162,7 +162,7 @@ impl<'a> Run<'a> {
             stream,
             proj,
             out: Events::default(),
-            frames: Vec::with_capacity(4096),
+            frames: Vec::new(),
             identities_unsaved: false,
             lang: a.lang,
             lang_tag,
