@@ -10,6 +10,9 @@ use std::io::{self, Read};
 /// Upper bound for one event's data; a larger event is a protocol error, not an allocation.
 pub(crate) const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
+/// The read buffer a fast stream grows to (from 16 KiB).
+const MAX_READ: usize = 64 * 1024;
+
 /// Incremental SSE parser: feed it bytes, take complete `data` payloads out.
 #[derive(Default)]
 pub struct Parser {
@@ -189,6 +192,11 @@ impl<R: Read> EventReader<R> {
                 continue;
             }
             self.parser.feed(&self.buf[..n], &mut self.dispatched)?;
+            if n == self.buf.len() && n < MAX_READ {
+                // A fast stream: fewer, larger reads (and so fewer writes to the client). A
+                // slow or idle stream keeps the small buffer.
+                self.buf = vec![0; n * 4].into_boxed_slice();
+            }
             self.ready.extend(self.dispatched.drain(..));
         }
     }
@@ -280,5 +288,20 @@ mod tests {
         let whole = (0..17).try_for_each(|_| p.feed(&line, &mut out));
         assert_eq!(whole.unwrap_err().kind(), io::ErrorKind::InvalidData);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_fast_stream_grows_its_read_buffer_and_loses_no_event() {
+        let stream: Vec<u8> = (0..60_000)
+            .flat_map(|i| format!("data: {{\"n\":{i}}}\n\n").into_bytes())
+            .collect();
+        let mut reader = EventReader::new(&stream[..]);
+        let mut n = 0;
+        while let Some((data, _)) = reader.next_data().unwrap() {
+            assert_eq!(data, format!("{{\"n\":{n}}}").as_bytes());
+            n += 1;
+        }
+        assert_eq!(n, 60_000);
+        assert_eq!(reader.buf.len(), MAX_READ);
     }
 }
