@@ -181,7 +181,8 @@ class ConsoleAgent extends HttpAgent {
     if (!known) {
       const t = await lookup();
       if (!t || t.state === "idle" || !t.runId) {
-        throw Object.assign(new Error("The run is no longer running."), { final: true });
+        // It ended between the page's lookup and this one: nothing to follow, not a failure.
+        throw Object.assign(new Error("The run is no longer running."), { final: true, ended: true });
       }
       current = { executionId: t.executionId, rosInvocationId: t.rosInvocationId, runId: t.runId };
     }
@@ -308,6 +309,7 @@ async function drive(agent, start) {
   } catch (e) {
     rejoin = e instanceof Rejoin || e?.cause instanceof Rejoin;
     if (e?.message === "stopped") setStatus("stopped");
+    else if (e?.ended || e?.cause?.ended) setStatus("idle");
     else if (!rejoin) {
       setStatus("error", "error");
       notice(describe(e));
