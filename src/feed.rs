@@ -382,6 +382,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The events of a join of `feed`.
+    fn join_events(feed: &Feed) -> Vec<Value> {
+        let Start::Join(body, _, _) = feed.attach(None) else {
+            panic!("a join")
+        };
+        String::from_utf8_lossy(&body)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l.strip_prefix("data: ")?).ok())
+            .collect()
+    }
+
     fn ids_of(body: &[u8]) -> Vec<String> {
         String::from_utf8_lossy(body)
             .lines()
@@ -467,13 +478,7 @@ mod tests {
             json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "th\":1}"}),
             json!({"type": "RUN_FINISHED", "runId": "r"}),
         ]);
-        let Start::Join(body, _, _) = feed.attach(None) else {
-            panic!("a join")
-        };
-        let events: Vec<Value> = String::from_utf8_lossy(&body)
-            .lines()
-            .filter_map(|l| serde_json::from_str(l.strip_prefix("data: ")?).ok())
-            .collect();
+        let events = join_events(&feed);
         let text: String = events
             .iter()
             .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
@@ -498,12 +503,8 @@ mod tests {
         use crate::error::Lang;
         use crate::projection::{Events, Projection, RunIds};
         let ids = RunIds {
-            thread_id: "t".into(),
-            run_id: "r".into(),
-            execution_id: "e".into(),
             context_id: "ctx".into(),
-            ros_invocation_id: "inv".into(),
-            parent_run_id: None,
+            ..Default::default()
         };
         let mut p = Projection::new(ids, Lang::En);
         let mut out = Events::default();
@@ -520,13 +521,7 @@ mod tests {
         let feeds = Feeds::start(1 << 20, Duration::ZERO);
         let feed = feeds.open("exec-marked");
         feed.push(&out);
-        let Start::Join(body, _, _) = feed.attach(None) else {
-            panic!("a join")
-        };
-        let events: Vec<Value> = String::from_utf8_lossy(&body)
-            .lines()
-            .filter_map(|l| serde_json::from_str(l.strip_prefix("data: ")?).ok())
-            .collect();
+        let events = join_events(&feed);
         let text_of = |id: &str| -> String {
             let mut text: String = events
                 .iter()

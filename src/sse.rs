@@ -45,11 +45,10 @@ impl Parser {
                 return Ok(());
             };
             self.after_cr = bytes[i] == b'\r';
+            self.check_size(i)?;
             if self.line.is_empty() {
-                self.check_size(i)?;
                 self.end_line(&bytes[..i], out);
             } else {
-                self.check_size(i)?;
                 let mut line = std::mem::take(&mut self.line);
                 line.extend_from_slice(&bytes[..i]);
                 self.end_line(&line, out);

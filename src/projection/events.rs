@@ -221,9 +221,10 @@ impl<'a> Out<'a> {
     /// an SSE `data:` line can't hold one.
     pub(super) fn custom_raw(&mut self, name: Custom, raw: &RawValue) {
         let one_line = !raw.get().bytes().any(|b| b == b'\n' || b == b'\r');
-        let ts = (self.clock)();
+        let clock = self.clock;
         match &mut self.target {
             Target::Frames(f) if one_line => {
+                let ts = clock();
                 let w = &mut f.json;
                 w.extend_from_slice(b"{\"name\":\"");
                 w.extend_from_slice(name.as_str().as_bytes());
