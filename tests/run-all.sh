@@ -45,8 +45,9 @@ if [ -z "${SKIP_BROWSER:-}" ]; then
 fi
 
 if [ -z "${SKIP_FRAMEWORKS:-}" ]; then
-  step "chat frameworks against the adapter and the real kernel (README: Chat frameworks)"
+  step "chat frameworks against the adapter and the real kernel (README: Chat frameworks; screenshots in target/framework-screenshots)"
   bash tests/frameworks/tanstack-ai/run.sh
+  bash tests/frameworks/assistant-ui/run.sh
 fi
 
 if [ -z "${SKIP_REAL_KERNEL:-}" ]; then
