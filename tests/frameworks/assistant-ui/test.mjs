@@ -24,8 +24,16 @@ const FILTERS = process.argv.slice(2);
 
 // the page's own origin serves the example's files (the adapter allows it as a CORS origin)
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".map": "application/json" };
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const MISCONF = path.join(process.env.WORK || "/tmp", "misconfigured");
 const server = http.createServer((req, res) => {
   const p = new URL(req.url, "http://x").pathname;
+  if (p.startsWith("/misconfigured/")) {
+    const f = path.join(MISCONF, p.slice("/misconfigured/".length) || "index.html");
+    if (!fs.existsSync(f)) return res.writeHead(404).end();
+    res.writeHead(200, { "Content-Type": TYPES[path.extname(f)] || "text/html" });
+    return fs.createReadStream(f).pipe(res);
+  }
   const file = path.join(EXAMPLE, p === "/" ? "index.html" : p);
   if (!file.startsWith(EXAMPLE) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
     res.writeHead(404).end();
@@ -220,10 +228,50 @@ const scenarios = {
     return `card back after reload (thread route, observe route), answered, file written; ` +
       `reload after the turn ended shows ${after} messages (no history route yet). Requests: ${kinds.join("; ")}`;
   },
+
+  // Not the contrib setup (misconfigured.jsx): what a page that uses assistant-ui's own tools,
+  // instructions and call settings sends, and what it shows. Reported (NOTE); the envelope
+  // check below leaves these requests out.
+  async misconfigured() {
+    const { build } = await import(path.join(EXAMPLE, "node_modules/esbuild/lib/main.js"));
+    fs.mkdirSync(MISCONF, { recursive: true });
+    await build({ entryPoints: [path.join(HERE, "misconfigured.jsx")], bundle: true, format: "esm", jsx: "automatic",
+      outfile: path.join(MISCONF, "app.js"), nodePaths: [path.join(EXAMPLE, "node_modules")],
+      define: { "process.env.NODE_ENV": '"production"' }, logLevel: "error" });
+    fs.writeFileSync(path.join(MISCONF, "index.html"), '<div id="root"></div><script type="module" src="app.js"></script>');
+    const notes = [];
+    for (const tool of ["0", "1"]) {
+      const sub = `misconfigured-tool${tool}`;
+      const cwd = path.join(CWD, sub);
+      fs.mkdirSync(cwd, { recursive: true });
+      const page = await browser.newPage();
+      page.on("request", (r) => {
+        if (!r.url().startsWith(ADAPTER_URL) || r.method() !== "POST") return;
+        const entry = { scenario: sub, method: "POST", url: r.url(), headers: r.headers(), body: JSON.parse(r.postData()) };
+        requests.push(entry);
+        r.__entry = entry;
+      });
+      page.on("response", async (r) => { const e = r.request().__entry; if (e) { e.status = r.status(); if (r.status() >= 400) e.answer = await r.text().catch(() => ""); } });
+      await page.goto(`${PAGE}/misconfigured/?${new URLSearchParams({ adapter: ADAPTER_URL, cwd, tool })}`);
+      await page.waitForSelector(".input");
+      await send(page, `Describe a VPC template. [[cwd=${cwd}]]`);
+      await waitFor(page, "the run to end", () => !!document.querySelector(".send") && (document.querySelector(".text") || document.querySelector(".error") || (window.runErrors || []).length));
+      await new Promise((r) => setTimeout(r, 500));
+      await shot(page, sub);
+      const r = posts(sub)[0];
+      const shown = await page.$$eval(".error, .text", (els) => els.map((e) => e.textContent).join(" | "));
+      notes.push(`${tool === "1" ? "with a frontend tool" : "instructions + callSettings"}: tools [${r.body.tools.map((t) => t.name)}], ` +
+        `context ${JSON.stringify(r.body.context)}, forwardedProps keys [${Object.keys(r.body.forwardedProps)}] -> HTTP ${r.status}` +
+        `${r.answer ? ` ${r.answer}` : ""}; the page shows "${shown.slice(0, 160)}"`);
+      await page.close();
+    }
+    return `NOTE ${notes.join(" || ")}`;
+  },
 };
 
 function summarise() {
-  const post = requests.filter((r) => r.method === "POST" && new URL(r.url).pathname === "/");
+  const post = requests.filter((r) => r.method === "POST" && new URL(r.url).pathname === "/"
+    && !r.scenario.startsWith("misconfigured"));
   const keys = new Set(), fwd = new Set(), headers = new Set();
   let tools = 0, context = 0, state = new Set();
   for (const r of post) {
@@ -240,7 +288,7 @@ function summarise() {
     headers: [...headers].sort(), nonEmptyTools: tools, nonEmptyContext: context, stateValues: [...state],
     runIdsReused: runIds.length - new Set(runIds).size,
     resumes: post.filter((r) => r.body.resume).map((r) => r.body.resume.map((x) => ({ status: x.status, payload: x.payload }))),
-    otherRequests: requests.filter((r) => !post.includes(r)).map((r) => `${r.method} ${new URL(r.url).pathname.replace(/[0-9a-f-]{36}/g, ":id")} ${r.status}`),
+    otherRequests: requests.filter((r) => !post.includes(r) && !r.scenario.startsWith("misconfigured")).map((r) => `${r.method} ${new URL(r.url).pathname.replace(/[0-9a-f-]{36}/g, ":id")} ${r.status}`),
   };
 }
 
