@@ -2,7 +2,7 @@
 # The whole test suite, as CI runs it. Installs what it needs (npm ci, a Python venv) on the way.
 #   bash tests/run-all.sh
 # Parts can be skipped for a quick local loop: SKIP_REAL_KERNEL=1, SKIP_CONFORMANCE=1,
-# SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_PAIRS=1; LOAD_SECS sets the load test's duration (default 60).
+# SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1; LOAD_SECS sets the load test's duration (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
@@ -42,6 +42,11 @@ fi
 if [ -z "${SKIP_BROWSER:-}" ]; then
   step "browser: the example console in chromium behind nginx (screenshots in target/browser-screenshots)"
   bash tests/browser/run.sh
+fi
+
+if [ -z "${SKIP_FRAMEWORKS:-}" ]; then
+  step "chat frameworks: CopilotKit in chromium, behind the real kernel (screenshots in target/framework-screenshots)"
+  bash tests/frameworks/copilotkit/run.sh
 fi
 
 if [ -z "${SKIP_REAL_KERNEL:-}" ]; then
