@@ -77,6 +77,14 @@ async function openPage(query = "") {
     appendFileSync(BROWSER_LOG, JSON.stringify({ at: Date.now(), method: req.method(), url: req.url().replace(RUNTIME_URL, ""),
       headers: req.headers(), body: req.postData() ? safeJson(req.postData()) : null }) + "\n");
   });
+  // what the browser received from the runtime: the CUSTOM events among them
+  page.on("response", async (resp) => {
+    if (!/\/agent\/default\/(run|connect)$/.test(resp.url())) return;
+    const text = await resp.text().catch(() => "");
+    const events = text.split("\n").filter((l) => l.startsWith("data:")).map((l) => safeJson(l.slice(5).trim()));
+    appendFileSync(BROWSER_LOG, JSON.stringify({ at: Date.now(), response: resp.url().replace(RUNTIME_URL, ""), status: resp.status(),
+      types: events.map((e) => (e?.type === "CUSTOM" ? `CUSTOM:${e.name}` : e?.type)) }) + "\n");
+  });
   await page.goto(`${RUNTIME_URL}/${query}#thread=${threadId}`, { waitUntil: "load" });
   await ready(page);
   return { page, threadId };
@@ -153,10 +161,12 @@ scenario("turn: text and reasoning stream", async () => {
   check(reasoning.length >= 1, "no reasoning block on the page");
   // open the reasoning block: its text is the LLM's reasoning
   await page.evaluate(() => [...document.querySelectorAll("[data-message-id] button")].find((b) => /Thought/.test(b.textContent))?.click());
-  await page.waitForFunction((t) => document.body.innerText.includes(t), { timeout: 5000 }, LLM_THINKING.slice(0, 30)).catch(() => {});
+  await page.waitForSelector('[data-message-id] button[aria-expanded="true"]', { timeout: 5000 }).catch(() => {});
+  await new Promise((r) => setTimeout(r, 600)); // the block's 200 ms opening transition
   await shot(page, "turn-reasoning-open");
-  const body = await page.evaluate(() => document.body.innerText);
-  check(body.includes(LLM_THINKING.slice(0, 30)), "the reasoning text is not on the page");
+  const shown = await page.evaluate((t) => [...document.querySelectorAll("[data-message-id] p, [data-message-id] div")]
+    .some((e) => e.textContent.trim().startsWith(t) && e.getBoundingClientRect().height > 0 && e.closest(".cpk\\:overflow-hidden")?.getBoundingClientRect().height > 0), LLM_THINKING.slice(0, 30));
+  check(shown, "the reasoning text is not shown on the page after opening its block");
   const r = runs(threadId);
   check(r.length === 1, `the adapter saw ${r.length} runs for the thread, expected 1`);
   const types = new Set(r[0].events.map((e) => e.type));
@@ -304,6 +314,11 @@ scenario("reload: a reloaded page finds the waiting approval (thread lookup + su
   await waitIdle(page);
   await shot(page, "reload-answered");
   check(existsSync(target), "hello.txt was not written after the reloaded page's Allow");
+  // a second reload, the thread idle: the conversation comes from the runtime's memory (its runner)
+  await page.reload({ waitUntil: "load" });
+  await ready(page);
+  await waitAssistant(page, LLM_AFTER_TOOL);
+  await shot(page, "reload-finished-conversation");
   const r = runs(threadId);
   check(r.length === 2 && r[1].status === 200, `runs after the reload: ${r.map((x) => x.status)}`);
   await page.close();
@@ -357,9 +372,10 @@ function findings() {
   note(`runtime → adapter, other routes: ${[...new Set(other)]}`);
   if (existsSync(BROWSER_LOG)) {
     const b = readFileSync(BROWSER_LOG, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
-    const routes = new Set(b.map((x) => `${x.method} ${x.url.replace(/\?.*/, "").replace(/ck-[0-9a-f-]{36}/g, "{thread}")}`));
+    const reqs = b.filter((x) => x.method);
+    const routes = new Set(reqs.map((x) => `${x.method} ${x.url.replace(/\?.*/, "").replace(/ck-[0-9a-f-]{36}/g, "{thread}")}`));
     note(`browser → runtime routes: ${[...routes]}`);
-    const runBodies = b.filter((x) => x.url.endsWith("/run") && x.body);
+    const runBodies = reqs.filter((x) => x.url.endsWith("/run") && x.body);
     const fp = new Set(runBodies.flatMap((x) => Object.keys(x.body.forwardedProps || {})));
     const bkeys = new Set(runBodies.flatMap((x) => Object.keys(x.body)));
     const bheaders = new Set(runBodies.flatMap((x) => Object.keys(x.headers)));
@@ -368,7 +384,9 @@ function findings() {
     if (resumes.length) {
       note(`browser → runtime resume: runId ${resumes[0].body.runId} (the interrupted run's, as CopilotKit pins it); messages ${resumes[0].body.messages.map((m) => m.role)}`);
     }
-    const connects = b.filter((x) => x.url.endsWith("/connect"));
+    const got = new Set(b.filter((x) => x.types).flatMap((x) => x.types.filter((t) => String(t).startsWith("CUSTOM:"))));
+    note(`CUSTOM events the browser received from the runtime: ${[...got]}`);
+    const connects = b.filter((x) => x.url?.endsWith("/connect"));
     if (connects.length) note(`browser → runtime connect (${connects.length}): body keys ${Object.keys(connects[0].body || {})}`);
   }
   const customNames = new Set(posts.flatMap((x) => (x.events || []).filter((e) => e.type === "CUSTOM").map((e) => e.name)));
