@@ -118,10 +118,17 @@ start runtime env -C "$CK" IAC_CODE_AGUI_URL="http://127.0.0.1:$PROXY_PORT" \
   PORT="$RUNTIME_PORT" node server.mjs
 wait_http "http://127.0.0.1:$RUNTIME_PORT/" "$LAST_PID" 30 || { echo "runtime did not start" >&2; exit 1; }
 
+# The same page behind a misconfigured runtime (its agent keeps CopilotKit's runId on a resume)
+MISCONFIGURED_PORT=$(free_port)
+start misconfigured-runtime env IAC_CODE_AGUI_URL="http://127.0.0.1:$PROXY_PORT" \
+  IAC_CODE_CWD="$WORK/ws/copilotkit" IAC_CODE_USER_ID=copilotkit-test-user PORT="$MISCONFIGURED_PORT" \
+  node "$HERE/misconfigured-runtime.mjs" "$CK"
+wait_http "http://127.0.0.1:$MISCONFIGURED_PORT/" "$LAST_PID" 30 || { echo "misconfigured runtime did not start" >&2; exit 1; }
+
 step "scenarios (chromium)"
 set +e
 CHROMIUM="$CHROMIUM" SHOTS="$SHOTS" CAPTURE="$CAPTURE" WORK="$WORK" \
-  RUNTIME_URL="http://127.0.0.1:$RUNTIME_PORT" ADAPTER_URL="http://127.0.0.1:$ADAPTER_PORT" \
+  RUNTIME_URL="http://127.0.0.1:$RUNTIME_PORT" MISCONFIGURED_URL="http://127.0.0.1:$MISCONFIGURED_PORT" ADAPTER_URL="http://127.0.0.1:$ADAPTER_PORT" \
   AGUI_CWD="$WORK/ws/copilotkit" LLM_LOG="$WORK/logs/llm-requests.jsonl" CK_DIR="$CK" \
   timeout --kill-after=10 "$DEADLINE" node "$HERE/test.mjs" "$@"
 RC=$?

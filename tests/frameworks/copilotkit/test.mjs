@@ -17,6 +17,7 @@ const CHROMIUM = env("CHROMIUM");
 const SHOTS = env("SHOTS");
 const CAPTURE = env("CAPTURE");
 const RUNTIME_URL = env("RUNTIME_URL");
+const MISCONFIGURED_URL = env("MISCONFIGURED_URL");
 const ADAPTER_URL = env("ADAPTER_URL");
 const CWD = env("AGUI_CWD");
 const WORK = env("WORK");
@@ -65,9 +66,10 @@ async function shot(page, name) {
   await page.screenshot({ path: `${SHOTS}/${String(shotNo).padStart(2, "0")}-${name}.png` });
 }
 
-async function openPage(query = "") {
+async function openPage(query = "", base = RUNTIME_URL, lang = null) {
   const threadId = `ck-${randomUUID()}`;
   const page = await browser.newPage();
+  if (lang) await page.evaluateOnNewDocument((l) => Object.defineProperty(navigator, "language", { get: () => l }), lang);
   await page.setViewport({ width: 1100, height: 900 });
   page.consoleLines = [];
   page.on("console", (m) => page.consoleLines.push(`${m.type()}: ${m.text()}`));
@@ -85,8 +87,7 @@ async function openPage(query = "") {
     appendFileSync(BROWSER_LOG, JSON.stringify({ at: Date.now(), response: resp.url().replace(RUNTIME_URL, ""), status: resp.status(),
       types: events.map((e) => (e?.type === "CUSTOM" ? `CUSTOM:${e.name}` : e?.type)) }) + "\n");
   });
-  await page.goto(`${RUNTIME_URL}/${query}#thread=${threadId}`, { waitUntil: "load" });
-  await ready(page);
+  await load(page, () => page.goto(`${base}/${query}#thread=${threadId}`, { waitUntil: "load" }));
   return { page, threadId };
 }
 function safeJson(s) {
@@ -96,15 +97,19 @@ function safeJson(s) {
     return s;
   }
 }
-async function ready(page) {
+/** (Re)loads the page and waits until CopilotKit has connected the thread (POST …/connect answered). */
+async function load(page, go) {
+  const connected = page.waitForResponse((r) => /\/agent\/default\/connect$/.test(r.url()), { timeout: WAIT_MS });
+  await go();
+  await connected;
   await page.waitForSelector('[data-testid="copilot-chat-textarea"]', { timeout: WAIT_MS });
-  // the runtime answered /info (the agent is known) before the first message
-  await until("the runtime's agent", () => page.evaluate(() => !document.querySelector('[data-testid="copilot-chat-textarea"]')?.disabled));
 }
 async function send(page, text) {
-  await page.click('[data-testid="copilot-chat-textarea"]');
+  const area = '[data-testid="copilot-chat-textarea"]';
+  await page.click(area);
   await page.keyboard.sendCharacter(text);
   await page.keyboard.press("Enter");
+  await until("the message to be sent (the input emptied)", () => page.$eval(area, (t) => t.value === ""), 10_000);
 }
 const assistantText = (page) => page.$$eval('[data-testid="copilot-assistant-message"]', (els) => els.map((e) => e.textContent).join("\n"));
 async function waitAssistant(page, text) {
@@ -281,7 +286,9 @@ scenario("stop: CopilotKit's stop button cancels the execution (cancel extension
   const r = await until("the stopped run's record", () => runs(threadId)[0]?.events && runs(threadId)[0]);
   const end = terminal(r);
   check(end?.type === "RUN_ERROR" && end.code === "CANCELLED", `the run ended with ${JSON.stringify(end)}`);
-  note(`stop: the page's stop → POST /api/copilotkit/agent/default/stop/{thread} → agent.abortRun() → ` +
+  const stopNote = await page.$eval("[role=alert]", (e) => `${e.className}: ${e.textContent}`).catch(() => "nothing");
+  check(!stopNote.startsWith("iac-error"), `the page shows the user's Stop as a failure: ${stopNote}`);
+  note(`stop: the page shows ${JSON.stringify(stopNote)}; the page's stop → POST /api/copilotkit/agent/default/stop/{thread} → agent.abortRun() → ` +
     `POST ${cancels[0].path} → ${JSON.stringify(cancels[0].response)}; the stream ended with RUN_ERROR ${end.code}`);
   // the thread takes the next turn
   await send(page, `Describe a VPC template. [[cwd=${CWD}]]`);
@@ -298,8 +305,7 @@ scenario("reload: a reloaded page finds the waiting approval (thread lookup + su
   await send(page, `Please write hello.txt in the workspace. [[cwd=${CWD}]]`);
   await waitCard(page, "permission");
   const before = captured().length;
-  await page.reload({ waitUntil: "load" });
-  await ready(page);
+  await load(page, () => page.reload({ waitUntil: "load" }));
   await waitCard(page, "permission");
   await showCard(page, "permission");
   await shot(page, "reload-card-again");
@@ -315,12 +321,27 @@ scenario("reload: a reloaded page finds the waiting approval (thread lookup + su
   await shot(page, "reload-answered");
   check(existsSync(target), "hello.txt was not written after the reloaded page's Allow");
   // a second reload, the thread idle: the conversation comes from the runtime's memory (its runner)
-  await page.reload({ waitUntil: "load" });
-  await ready(page);
+  await load(page, () => page.reload({ waitUntil: "load" }));
   await waitAssistant(page, LLM_AFTER_TOOL);
   await shot(page, "reload-finished-conversation");
   const r = runs(threadId);
   check(r.length === 2 && r[1].status === 200, `runs after the reload: ${r.map((x) => x.status)}`);
+  await page.close();
+});
+
+scenario("misconfigured runtime: a resume with CopilotKit's own runId is refused, and the page says so in the user's language", async () => {
+  const { page, threadId } = await openPage("", MISCONFIGURED_URL, "zh-CN");
+  await send(page, `Please write hello.txt in the workspace. [[cwd=${CWD}]]`);
+  await waitCard(page, "permission");
+  await choose(page, "permission", "allow_once");
+  const r = await until("the refused resume", () => runs(threadId).length === 2 && runs(threadId)[1].status && runs(threadId));
+  check(r[1].status === 409 && r[1].response?.error?.code === "RUN_ID_CONFLICT", `the reused runId answered ${r[1].status} ${JSON.stringify(r[1].response)}`);
+  check(r[1].body.runId === r[0].body.runId, "the misconfigured runtime did not reuse the runId");
+  const shown = await until("the page's error", () => page.$eval('.iac-error[data-code="RUN_ID_CONFLICT"]', (e) => e.textContent).catch(() => null));
+  await shot(page, "misconfigured-refused");
+  check(shown.includes(r[1].response.error.message), `the page shows ${JSON.stringify(shown)}, not the adapter's message`);
+  check(/[\u4e00-\u9fff]/.test(shown), `the message is not in the page's language (zh-CN): ${JSON.stringify(shown)}`);
+  note(`misconfigured runtime (page language zh-CN): resume with the interrupted run's runId → HTTP 409 ${JSON.stringify(r[1].response)}; the page shows ${JSON.stringify(shown)}`);
   await page.close();
 });
 

@@ -77,13 +77,38 @@ function IacCode() {
   return null;
 }
 
+/** What a failed run or request says, for the page: the adapter's `{"error":{code,message}}` (which
+ *  the runtime passes on as "HTTP 409: {…}") or the error's own message. */
+function describe(error) {
+  const text = String(error?.message ?? error ?? "");
+  const json = text.indexOf("{");
+  try {
+    const e = JSON.parse(text.slice(json)).error;
+    if (e?.code) return { code: e.code, message: e.message };
+  } catch {
+    /* not the adapter's JSON */
+  }
+  const code = /\b([A-Z]+(?:_[A-Z]+)+)\b/.exec(text)?.[1];
+  return { code, message: text };
+}
+
 function App() {
+  // CopilotKit shows errors in a banner only on localhost (its dev console): the page shows them
+  // itself. A user's own Stop ends the run with CANCELLED: shown as stopped, not as a failure.
+  const [error, setError] = React.useState(null);
+  const onError = React.useCallback(({ error: e }) => setError(describe(e)), []);
   return (
-    <CopilotKit runtimeUrl="/api/copilotkit" properties={{ iacCode }}>
+    <CopilotKit runtimeUrl="/api/copilotkit" properties={{ iacCode }} showDevConsole={false}>
       <IacCode />
       <div className="iac-page">
         <header>iac-code · CopilotKit <code data-thread>{threadId}</code></header>
-        <CopilotChat agentId="default" threadId={threadId} />
+        {error ? (
+          <div className={error.code === "CANCELLED" ? "iac-note" : "iac-error"} role="alert" data-code={error.code || ""}>
+            {error.code === "CANCELLED" ? "Stopped." : `${error.code ? `${error.code}: ` : ""}${error.message}`}
+            <button onClick={() => setError(null)} aria-label="Dismiss">×</button>
+          </div>
+        ) : null}
+        <CopilotChat agentId="default" threadId={threadId} onError={onError} />
       </div>
     </CopilotKit>
   );
