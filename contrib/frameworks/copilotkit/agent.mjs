@@ -7,10 +7,11 @@
 //    interrupted run's own runId; AG-UI makes a resume a new run (new runId), and the adapter
 //    refuses a reused runId (409 RUN_ID_CONFLICT). The events it relays keep the runId CopilotKit
 //    asked for, so CopilotKit's own bookkeeping is unchanged.
-//  * forwardedProps.iacCode is built here, not in the browser: the workspace (cwd) and the user the
-//    thread is bound to are the runtime's decision; the page may choose only runMode, pipelineName
-//    and preferredLanguage. A new turn gets a new rosInvocationId; a resume uses the thread's
-//    current one (from the adapter's thread lookup).
+//  * forwardedProps.iacCode.cwd, .userId and .rosInvocationId are set here, not in the browser: the
+//    workspace and the user the thread is bound to are the runtime's decision (a page that sets them
+//    gets an error). A new turn gets a new rosInvocationId; a resume uses the thread's current one
+//    (from the adapter's thread lookup). The rest of forwardedProps (runMode, pipelineName,
+//    preferredLanguage, …) goes to the adapter as the page sent it.
 //  * Stop: CopilotKit's stop button reaches `abortRun()` here (POST {runtime}/agent/{id}/stop/{thread}
 //    → runner.stop → agent.abortRun). It calls the adapter's cancel extension; the run then ends
 //    with the adapter's RUN_ERROR CANCELLED. Only if the cancel fails is the stream cut.
@@ -19,7 +20,8 @@ import { InMemoryAgentRunner } from "@copilotkit/runtime/v2";
 import { from, map, mergeMap, tap } from "rxjs";
 
 const SESSION_EVENT = "iac-code.session.v1";
-const PAGE_KEYS = ["runMode", "pipelineName", "preferredLanguage"];
+// What only the runtime decides: the workspace, the user the thread is bound to, the invocation.
+const RUNTIME_KEYS = ["cwd", "userId", "rosInvocationId"];
 
 /** GET /extensions/iac-code/v1/threads/{threadId}?userId=…: the thread as the adapter sees it, or null. */
 async function lookupThread(base, headers, threadId, userId) {
@@ -61,9 +63,15 @@ export class IacCodeAgent extends HttpAgent {
   }
 
   async wireInput(input, resuming) {
-    const fromPage = input.forwardedProps?.iacCode ?? {};
-    const iacCode = { schemaVersion: 1, cwd: this.cwd, userId: this.userId };
-    for (const k of PAGE_KEYS) if (fromPage[k] !== undefined) iacCode[k] = fromPage[k];
+    const { iacCode: fromPage = {}, ...otherProps } = input.forwardedProps ?? {};
+    for (const k of RUNTIME_KEYS) {
+      if (fromPage[k] !== undefined) {
+        throw new Error(`forwardedProps.iacCode.${k} is set by the CopilotKit runtime (contrib/frameworks/copilotkit/agent.mjs), not by the page: remove it from <CopilotKit properties>.`);
+      }
+    }
+    // Anything else the page sends goes to the adapter as sent: what the adapter does not know it
+    // refuses (400 INVALID_INPUT naming the field), rather than this runtime dropping it silently.
+    const iacCode = { ...fromPage, schemaVersion: fromPage.schemaVersion ?? 1, cwd: this.cwd, userId: this.userId };
     if (resuming) {
       const t = await lookupThread(this.base, this.headers, input.threadId, this.userId);
       iacCode.rosInvocationId = t?.rosInvocationId ?? `inv-${randomUUID()}`;
@@ -73,7 +81,7 @@ export class IacCodeAgent extends HttpAgent {
     return {
       ...input,
       runId: resuming ? randomUUID() : input.runId,
-      forwardedProps: { iacCode },
+      forwardedProps: { ...otherProps, iacCode },
     };
   }
 

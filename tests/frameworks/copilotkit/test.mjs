@@ -345,6 +345,38 @@ scenario("misconfigured runtime: a resume with CopilotKit's own runId is refused
   await page.close();
 });
 
+// What a misconfigured page makes CopilotKit send, posted to the runtime as CopilotKit's client
+// posts it: the error the page then gets (RUN_ERROR through the runtime) names what to change.
+scenario("misconfigured page: frontend tools and a page-chosen cwd are refused by name; another forwardedProps key is ignored", async () => {
+  const post = async (patch) => {
+    const threadId = `ck-page-${randomUUID()}`;
+    const body = { threadId, runId: randomUUID(), state: {}, context: [], tools: [],
+      messages: [{ id: randomUUID(), role: "user", content: "Describe a VPC template." }],
+      forwardedProps: { iacCode: { preferredLanguage: "en" } }, ...patch };
+    const resp = await fetch(`${RUNTIME_URL}/api/copilotkit/agent/default/run`, {
+      method: "POST", headers: { "Content-Type": "application/json", Accept: "text/event-stream" }, body: JSON.stringify(body) });
+    const text = await resp.text();
+    const events = text.split("\n").filter((l) => l.startsWith("data:")).map((l) => safeJson(l.slice(5).trim()));
+    return { status: resp.status, error: events.find((e) => e?.type === "RUN_ERROR"), adapter: runs(threadId)[0] };
+  };
+  const tool = { name: "confirm", description: "a frontend tool", parameters: { type: "object", properties: {} } };
+  const cases = [
+    ["tools", { tools: [tool] }, /tools/],
+    ["iacCode.cwd", { forwardedProps: { iacCode: { cwd: "/etc" } } }, /forwardedProps\.iacCode\.cwd is set by the CopilotKit runtime/],
+  ];
+  // another forwardedProps key: the spec makes only iacCode strict; the adapter ignores the rest
+  const other = await post({ forwardedProps: { iacCode: { preferredLanguage: "en" }, other: 1 } });
+  check(!other.error && other.adapter?.status === 200, `another forwardedProps key: ${JSON.stringify(other.error || other.adapter?.response)}`);
+  note(`page with another forwardedProps key: runtime → adapter forwardedProps ${JSON.stringify(Object.keys(other.adapter.body.forwardedProps))} → HTTP 200, the turn runs (the key is ignored)`);
+  for (const [what, patch, expect] of cases) {
+    const r = await post(patch);
+    check(r.error, `${what}: no RUN_ERROR (HTTP ${r.status})`);
+    check(expect.test(r.error.message), `${what}: the error does not name it: ${JSON.stringify(r.error.message)}`);
+    note(`misconfigured page, ${what}: runtime → adapter ${r.adapter ? `HTTP ${r.adapter.status} ${JSON.stringify(r.adapter.response)}` : "(not sent)"}; ` +
+      `the page gets RUN_ERROR ${JSON.stringify(r.error.message).slice(0, 300)}`);
+  }
+});
+
 // AG-UI's rule and CopilotKit's deviation, reproduced without a browser: what CopilotKit's
 // useInterrupt makes a runtime with a plain HttpAgent send (the interrupted run's runId again).
 scenario("repro: a resume that reuses the interrupted run's runId is refused (409 RUN_ID_CONFLICT)", async () => {
