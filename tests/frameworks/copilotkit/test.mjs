@@ -247,6 +247,7 @@ scenario("pipeline: question, permission and candidate selection through useInte
     const r = runs(threadId);
     return r.length === 4 && terminal(r[3]);
   }, 120_000);
+  await waitAssistant(page, "deploying done.");
   await waitIdle(page);
   await shot(page, "pipeline-done");
   const r = runs(threadId);
@@ -433,10 +434,17 @@ function findings() {
     const bkeys = new Set(runBodies.flatMap((x) => Object.keys(x.body)));
     const bheaders = new Set(runBodies.flatMap((x) => Object.keys(x.headers)));
     note(`browser → runtime run bodies: keys ${[...bkeys]}; forwardedProps keys ${[...fp]}; tools ${[...new Set(runBodies.map((x) => JSON.stringify(x.body.tools)))]}; headers ${[...bheaders]}`);
-    const resumes = runBodies.filter((x) => x.body.resume);
-    if (resumes.length) {
-      note(`browser → runtime resume: runId ${resumes[0].body.runId} (the interrupted run's, as CopilotKit pins it); messages ${resumes[0].body.messages.map((m) => m.role)}`);
-    }
+    // each resume's runId against the request before it on the same thread (a run, or the connect of a reloaded page)
+    const sent = reqs.filter((x) => /\/(run|connect)$/.test(x.url) && x.body?.threadId);
+    const same = { run: 0, connect: 0, other: 0 };
+    sent.forEach((x, i) => {
+      if (!x.body.resume) return;
+      const prev = sent.slice(0, i).filter((y) => y.body.threadId === x.body.threadId).pop();
+      if (prev?.body.runId === x.body.runId) same[prev.url.endsWith("/run") ? "run" : "connect"]++;
+      else same.other++;
+    });
+    note(`browser → runtime resumes: runId = the interrupted run's in ${same.run}, = the reloaded page's connect request's in ${same.connect}, ` +
+      `another in ${same.other}; messages of a resume: ${sent.find((x) => x.body.resume)?.body.messages.map((m) => m.role)}`);
     const got = new Set(b.filter((x) => x.types).flatMap((x) => x.types.filter((t) => String(t).startsWith("CUSTOM:"))));
     note(`CUSTOM events the browser received from the runtime: ${[...got]}`);
     const connects = b.filter((x) => x.url?.endsWith("/connect"));
