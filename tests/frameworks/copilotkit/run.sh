@@ -9,7 +9,8 @@
 # Needs: chromium (apt-get install -y chromium), node >= 20, python3 (the kernel's venv is made by
 # tests/real_kernel/setup.sh). Installs its npm packages itself (npm ci; ~2 min the first time).
 # Everything binds 127.0.0.1 on free ports; every child runs in its own process group and is killed
-# on exit; the whole run is bounded (COPILOTKIT_TEST_TIMEOUT, default 420 s). Screenshots go to
+# on exit; the whole run is bounded (COPILOTKIT_TOTAL_TIMEOUT, default 900 s; the scenarios alone
+# COPILOTKIT_TEST_TIMEOUT, default 420 s). Screenshots go to
 # target/framework-screenshots/copilotkit/, the capture to target/framework-captures/copilotkit.jsonl.
 set -euo pipefail
 STARTED=$(date +%s)
@@ -25,7 +26,9 @@ CHROMIUM="${CHROMIUM:-$(command -v chromium || command -v chromium-browser || tr
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/agui-copilotkit.XXXXXX")"
 PGIDS=()
 RC=1
+WATCHDOG=
 cleanup() {
+  [ -n "$WATCHDOG" ] && kill -- "-$WATCHDOG" 2>/dev/null || true
   for pg in "${PGIDS[@]}"; do kill -TERM -- "-$pg" 2>/dev/null || true; done
   sleep 0.5
   for pg in "${PGIDS[@]}"; do kill -KILL -- "-$pg" 2>/dev/null || true; done
@@ -43,8 +46,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Whatever else happens, the run ends: a watchdog kills this script's children and the script.
+# Whatever else happens, the run ends: a watchdog stops the script (its EXIT trap then kills every
+# child) after COPILOTKIT_TOTAL_TIMEOUT seconds (default 900: installs included); the scenarios
+# alone have COPILOTKIT_TEST_TIMEOUT (default 420).
 DEADLINE="${COPILOTKIT_TEST_TIMEOUT:-420}"
+# (It ends the script's foreground command, by parent id, so that bash runs the trap at once.)
+setsid bash -c 'sleep "$1"; echo "copilotkit test: global timeout ($1 s)" >&2; pkill -TERM -P "$2"; kill -TERM "$2"' \
+  watchdog "${COPILOTKIT_TOTAL_TIMEOUT:-900}" "$$" </dev/null &
+WATCHDOG=$!
 
 step() { printf '[%4ss] %s\n' "$(( $(date +%s) - STARTED ))" "$*"; }
 
