@@ -64,7 +64,8 @@ pub mod app;
 pub mod config;
 pub mod error;
 pub mod feed;
-pub(crate) mod frame;
+
+pub(crate) mod code;
 #[doc(hidden)]
 pub mod hotpath;
 pub mod http;
@@ -72,6 +73,7 @@ pub(crate) mod ids;
 pub mod input;
 pub(crate) mod interrupts;
 pub mod kernel;
+pub(crate) mod lang;
 pub mod logctx;
 pub(crate) mod messages;
 pub(crate) mod metrics;

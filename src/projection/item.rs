@@ -1,8 +1,8 @@
 //! Reading one streamed A2A `result`: its shape, its text, and the end its task state means.
 
 use super::End;
+use crate::a2a::frame::{Status, TaskState};
 use crate::error::{Error, Msg};
-use crate::frame::{Status, TaskState};
 use crate::interrupts;
 use serde_json::Value;
 

@@ -27,9 +27,9 @@ pub use events::{DeltaSpans, EventSink, Events, Serialized};
 pub(crate) use item::normalize_state;
 pub use outcome::End;
 
+use crate::a2a::frame::{Item, ItemKind, Message, Thinking};
 use crate::a2a::incoming;
 use crate::error::{Error, Lang, Msg};
-use crate::frame::{Item, ItemKind, Message, Thinking};
 use events::{versioned, Custom, Out};
 use item::{end_of, message_text, open_waits};
 use pipeline::Dedup;
@@ -334,7 +334,7 @@ impl Projection {
     }
 
     /// A plain `message` result: the kernel's whole, task-less reply.
-    fn reply_message(&mut self, head: &crate::frame::Head, out: &mut Out) {
+    fn reply_message(&mut self, head: &crate::a2a::frame::Head, out: &mut Out) {
         let text = head.parts.as_str();
         if !text.is_empty() {
             self.announce(out);
@@ -345,7 +345,12 @@ impl Projection {
 
     /// `metadata.iac_code` of a task or status update: reasoning, tool, MCP progress, pipeline
     /// events, usage, in that order.
-    fn on_iac(&mut self, iac: &crate::frame::Iac, envelopes: &pipeline::Envelopes, out: &mut Out) {
+    fn on_iac(
+        &mut self,
+        iac: &crate::a2a::frame::Iac,
+        envelopes: &pipeline::Envelopes,
+        out: &mut Out,
+    ) {
         if let Some(text) = iac.thinking.obj().and_then(Thinking::raw_text) {
             self.announce(out);
             let id = std::mem::take(&mut self.reasoning_id);

@@ -5,7 +5,8 @@
 use super::events::{Custom, Out};
 use super::tools::ToolUpdate;
 use super::Projection;
-use crate::frame::{Coord, Envelope, Field, Iac, LStr};
+use crate::a2a::frame::{Field, Iac, LStr};
+use crate::a2a::{Coord, Envelope};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashSet;

@@ -3,8 +3,8 @@
 
 use super::events::{Custom, Out};
 use super::RunIds;
+use crate::a2a::frame::{Head, Iac, ItemKind};
 use crate::error::{Error, Msg};
-use crate::frame::{Head, Iac, ItemKind};
 use serde_json::json;
 
 #[derive(Default)]

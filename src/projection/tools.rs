@@ -2,7 +2,7 @@
 //! `TOOL_CALL_*` spans, each call started, ended and answered at most once.
 
 use super::events::{versioned, Out};
-use crate::frame::{Field, LStr};
+use crate::a2a::frame::{Field, LStr};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! the way the frame is: the fields the projection reads on every envelope, borrowed; `data` raw,
 //! read per event type (a text delta's text typed, a tool's input as a `Value`).
 
-use super::{Field, LStr};
+use super::lenient::{Field, LStr};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -26,7 +26,7 @@ pub(crate) struct Envelope<'a> {
     pub(crate) candidate_step: Field<Coord<'a>>,
     #[serde(borrow)]
     pub(crate) candidate: Field<Coord<'a>>,
-    #[serde(borrow, deserialize_with = "super::raw")]
+    #[serde(borrow, deserialize_with = "super::lenient::raw")]
     pub(crate) data: Option<&'a RawValue>,
 }
 
