@@ -199,7 +199,7 @@ impl<'a> Run<'a> {
         self.stream.clear_on_close();
         let end = self.settle(end);
         self.guard.close_if_freed(&self.active.execution_id);
-        crate::metrics::run_ended(&end);
+        crate::metrics::run_ended(end.outcome());
         match end.code() {
             Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
             None => log::debug!("run {} ended", self.input.run_id),
