@@ -91,25 +91,7 @@ pub(super) fn parse_iac_code<'a>(
     };
     let alibaba_cloud = match obj.get("alibabaCloud") {
         None => None,
-        Some(c) => {
-            let path = "forwardedProps.iacCode.alibabaCloud";
-            let keys = [
-                "accessKeyId",
-                "accessKeySecret",
-                "securityToken",
-                "regionId",
-            ];
-            let c = object(c, &keys, path)?.strict(path)?;
-            secrets.extend(c.get("accessKeySecret"));
-            secrets.extend(c.get("securityToken"));
-            let f = |k: &str| string_field(&c, k, &format!("{path}.{k}"));
-            Some(AlibabaCloud {
-                access_key_id: f("accessKeyId")?,
-                access_key_secret: f("accessKeySecret")?,
-                security_token: f("securityToken")?,
-                region_id: f("regionId")?,
-            })
-        }
+        Some(c) => Some(parse_alibaba_cloud(c, &mut secrets)?),
     };
     let iac = IacCode {
         ros_invocation_id,
@@ -137,6 +119,30 @@ pub(super) fn parse_iac_code<'a>(
         alibaba_cloud,
     };
     Ok((iac, secrets))
+}
+
+/// `alibabaCloud`, strictly; its secret and token join `secrets`.
+fn parse_alibaba_cloud<'a>(
+    raw: &'a RawValue,
+    secrets: &mut Vec<&'a RawValue>,
+) -> Result<AlibabaCloud, Error> {
+    let path = "forwardedProps.iacCode.alibabaCloud";
+    let keys = [
+        "accessKeyId",
+        "accessKeySecret",
+        "securityToken",
+        "regionId",
+    ];
+    let c = object(raw, &keys, path)?.strict(path)?;
+    secrets.extend(c.get("accessKeySecret"));
+    secrets.extend(c.get("securityToken"));
+    let f = |k: &str| string_field(&c, k, &format!("{path}.{k}"));
+    Ok(AlibabaCloud {
+        access_key_id: f("accessKeyId")?,
+        access_key_secret: f("accessKeySecret")?,
+        security_token: f("securityToken")?,
+        region_id: f("regionId")?,
+    })
 }
 
 fn parse_thinking(raw: &RawValue) -> Result<Thinking, Error> {
