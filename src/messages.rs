@@ -13,7 +13,7 @@ use crate::lang::Lang;
 /// A user-visible message id. Errors are built with [`Msg::err`] or [`Msg::with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Msg {
-    // HTTP surface (src/http.rs, tiny_http's own refusals).
+    // HTTP surface (src/http/, tiny_http's own refusals).
     Unauthorized,
     NoRoute,
     MethodNotAllowed,
@@ -34,7 +34,7 @@ pub enum Msg {
     HttpUnservable,
     Internal,
     Overloaded,
-    // Request bodies (src/input.rs).
+    // Request bodies (src/input/).
     NotJson,
     NotAnObject,
     Missing,
