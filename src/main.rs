@@ -2,7 +2,7 @@
 
 use iac_code_agui::a2a::A2aClient;
 use iac_code_agui::app::{App, Runs};
-use iac_code_agui::config::{Command, Config, LogFormat, USAGE};
+use iac_code_agui::config::{usage, Command, Config, LogFormat};
 use iac_code_agui::feed::Feeds;
 use iac_code_agui::http;
 use iac_code_agui::kernel::Kernel;
@@ -25,7 +25,7 @@ fn main() {
     let config = match Command::parse(std::env::args().skip(1), |k| std::env::var(k).ok()) {
         Ok(Command::Run(c)) => *c,
         Ok(Command::Help) => {
-            print!("{USAGE}");
+            print!("{}", usage());
             return;
         }
         Ok(Command::Version) => {
@@ -33,7 +33,7 @@ fn main() {
             return;
         }
         Err(msg) => {
-            eprintln!("iac-code-agui: {msg}\n\n{USAGE}");
+            eprintln!("iac-code-agui: {msg}\n\n{}", usage());
             std::process::exit(2);
         }
     };

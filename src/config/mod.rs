@@ -1,24 +1,29 @@
 //! Start-up configuration: the reference adapter's flags, environment and YAML keys, plus ours.
 //!
 //! Precedence, as in the reference (a click application): command line, then environment, then the
-//! `--config` YAML file, then the defaults.
+//! `--config` YAML file, then the defaults. Every option is written once, in `defs.rs`'s table,
+//! which `--help`, the parser, the YAML reader and the README test read.
 
 mod defs;
 mod help;
 mod loopback;
 mod parse;
+mod paths;
+mod schema;
 #[cfg(test)]
 mod tests;
 mod values;
 mod yaml;
 
-pub use help::USAGE;
+pub use help::usage;
 pub(crate) use loopback::is_loopback_host;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Debug, Clone)]
+/// The options, typed. `Default` is every field empty, the start the flag table's setters fill;
+/// [`Command::parse`] makes a real one.
+#[derive(Debug, Clone, Default)]
 pub struct Config {
     pub host: String,
     pub port: u16,
@@ -70,8 +75,9 @@ pub struct Config {
 }
 
 /// `--log-format`: env_logger's text lines, or one JSON object a line with the run's ids as fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
+    #[default]
     Text,
     Json,
 }

@@ -1,35 +1,106 @@
 //! The configuration's behaviours: precedence, each source, validation.
 
-use super::defs::{env_var, FLAGS, YAML_ONLY};
+use super::defs::{ANSWERS, DEFS, VARIABLES};
 use super::loopback::{check_loopback_url, is_loopback_host};
+use super::schema::{Def, Fallback, Origin, Sources};
 use super::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The flag checklist (ARCHITECTURE.md), checked: a flag missing from the help, the README
-/// or its variable there fails here, not in a user's hands.
+/// The flag checklist (ARCHITECTURE.md), checked: an option of the table missing from the help,
+/// or from README's table of its origin with its variable, YAML key, default and other spellings,
+/// fails here, not in a user's hands.
 #[test]
 fn every_flag_is_in_the_help_and_the_readme_with_its_variable() {
     let readme = include_str!("../../README.md");
-    for (name, _) in FLAGS {
-        let flag = format!("--{name}");
-        assert!(USAGE.contains(&flag), "{flag} is not in USAGE");
-        let row = format!("| `{flag}");
-        assert!(
-            readme.contains(&row),
-            "{flag} has no row in README's tables"
-        );
-        if *name != "config" {
-            let var = env_var(name);
-            assert!(readme.contains(&var), "{var} ({flag}) is not in README");
+    let (reference, ours) = readme
+        .split_once("Ours only")
+        .expect("README's two flag tables");
+    let help = usage();
+    for def in DEFS {
+        let (table, which) = match def.origin {
+            Origin::Reference => (reference, "reference"),
+            Origin::Ours => (ours, "ours-only"),
+        };
+        let row = readme_row(table, def)
+            .unwrap_or_else(|| panic!("{} has no row in README's {which} table", def.name));
+        let mut words = Vec::new();
+        if def.given_by.variable() {
+            words.push(def.variable());
         }
+        if def.given_by.yaml() && matches!(def.origin, Origin::Reference) {
+            words.push(format!("`{}`", def.name));
+        }
+        if let Fallback::Value(default) | Fallback::Computed(default) = def.default {
+            words.push(format!("`{default}`"));
+        }
+        words.extend(def.short.map(|s| format!("`-{s}`")));
+        words.extend(def.negated.map(|n| format!("`--{n}`")));
+        for word in words {
+            assert!(
+                row.contains(&word),
+                "README's row of {} lacks {word}",
+                def.name
+            );
+        }
+        let in_help = match def.given_by {
+            Sources::All | Sources::FlagOnly => format!("--{}", def.name),
+            Sources::NoFlag => def.variable(),
+        };
+        assert!(help.contains(&in_help), "{in_help} is not in --help");
     }
-    for key in YAML_ONLY {
+    for variable in VARIABLES {
         assert!(
-            readme.contains(&env_var(key)),
-            "{key}'s variable is not in README"
+            help.contains(variable.name),
+            "{} not in --help",
+            variable.name
         );
+        assert!(
+            reference.contains(variable.name),
+            "{} not in README",
+            variable.name
+        );
+    }
+    for answer in ANSWERS {
+        assert!(help.contains(&format!("-{}, --{}", answer.short, answer.name)));
+        assert!(readme.contains(&format!("`--{}`", answer.name)));
+    }
+}
+
+/// README's row of `def`: `| \`--name\`…` or `| \`--name VALUE\`…`, or for an option without a
+/// flag the `(no flag)` row naming its variable.
+fn readme_row<'a>(table: &'a str, def: &Def) -> Option<&'a str> {
+    let flag = format!("| `--{}", def.name);
+    table.lines().find(|line| match def.given_by {
+        Sources::NoFlag => line.starts_with("| (no flag)") && line.contains(&def.variable()),
+        Sources::All | Sources::FlagOnly => line
+            .strip_prefix(&flag)
+            .is_some_and(|rest| rest.starts_with(['`', ' '])),
+    })
+}
+
+#[test]
+fn the_help_lists_every_flag_once_within_100_columns() {
+    let help = usage();
+    for line in help.lines() {
+        assert!(line.chars().count() <= 100, "too long: {line}");
+    }
+    for def in DEFS.iter().filter(|d| d.given_by.flag()) {
+        let flag = format!("--{}", def.name);
+        let lines = help
+            .lines()
+            .map(|l| l.trim_start())
+            .map(|l| {
+                def.short
+                    .map_or(l, |s| l.trim_start_matches(&format!("-{s}, ")))
+            })
+            .filter(|l| {
+                l.strip_prefix(&flag)
+                    .is_some_and(|r| r.is_empty() || r.starts_with([' ', ',']))
+            })
+            .count();
+        assert_eq!(lines, 1, "{flag}");
     }
 }
 

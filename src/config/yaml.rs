@@ -1,8 +1,8 @@
-//! The `--config` file: a flat YAML subset.
+//! The `--config` file: a flat YAML subset whose keys are the table's option names.
 
 use std::collections::HashMap;
 
-use super::defs::{FLAGS, YAML_ONLY};
+use super::defs::DEFS;
 
 /// A flat YAML subset: `key: value` lines, `#` comments, optional quotes.
 pub(super) fn parse_yaml(path: &str) -> Result<HashMap<String, String>, String> {
@@ -18,8 +18,7 @@ pub(super) fn parse_yaml(path: &str) -> Result<HashMap<String, String>, String> 
             return Err(format!("{path}:{}: expected 'key: value'", n + 1));
         };
         let key = key.trim().replace('_', "-");
-        let known = FLAGS.iter().any(|f| f.0 == key && f.0 != "config");
-        if !known && !YAML_ONLY.contains(&key.as_str()) {
+        if !DEFS.iter().any(|d| d.name == key && d.given_by.yaml()) {
             return Err(format!("{path}:{}: unknown key '{key}'", n + 1));
         }
         let mut value = value.trim();
