@@ -31,6 +31,7 @@
 //! | [`error`] | the one error type, the spec's codes, the seven languages and the one language decision |
 //! | `messages` | the one catalogue of user-visible messages (code, status, a sentence per language) |
 //! | `ids` | ids, digests, clocks |
+//! | `events` | AG-UI event types and serialised events: what the projection writes, the feed and stream read |
 //!
 //! The projection can be driven without sockets:
 //!
@@ -63,6 +64,7 @@ pub mod a2a;
 pub mod app;
 pub mod config;
 pub mod error;
+pub(crate) mod events;
 pub mod feed;
 pub(crate) mod frame;
 #[doc(hidden)]

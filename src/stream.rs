@@ -11,7 +11,7 @@
 //! (that write has the socket's write timeout), and its own writes never block (`MSG_DONTWAIT`;
 //! what the socket does not take is kept and sent before anything else).
 
-use crate::projection::Serialized;
+use crate::events::Serialized;
 use crate::sse;
 use crossbeam_channel::{tick, Receiver};
 use parking_lot::Mutex;

@@ -9,11 +9,11 @@
 //! This file is the front: it reads an item and hands its parts to small machines, one per file —
 //! `session` (identity and its announcement), `spans` (text and reasoning messages), `replay`
 //! (trimming text an earlier run already sent), `tools`, `pipeline` (envelopes, de-duplication),
-//! `steps`, `usage`; `item` reads an A2A result, `events` stamps the events, `outcome` names how a
-//! run ends.
+//! `steps`, `usage`; `item` reads an A2A result, `out` stamps the events and writes them where the
+//! caller wants them, `outcome` names how a run ends.
 
-mod events;
 mod item;
+mod out;
 mod outcome;
 mod pipeline;
 mod replay;
@@ -23,15 +23,16 @@ mod steps;
 mod tools;
 mod usage;
 
-pub use events::{DeltaSpans, EventSink, Events, Serialized};
+pub use crate::events::{DeltaSpans, EventSink, Events, Serialized};
 pub(crate) use item::normalize_state;
 pub use outcome::End;
 
 use crate::a2a::incoming;
 use crate::error::{Error, Lang, Msg};
+use crate::events::EventType;
 use crate::frame::{Item, ItemKind, Message, Thinking};
-use events::{versioned, Custom, Out};
 use item::{end_of, message_text, open_waits};
+use out::{versioned, Custom, Out};
 use pipeline::Dedup;
 use replay::Replay;
 use serde_json::{json, Map, Value};
@@ -193,7 +194,7 @@ impl Projection {
         if let Some(parent) = &self.ids.parent_run_id {
             fields["parentRunId"] = json!(parent);
         }
-        out.push("RUN_STARTED", fields);
+        out.push(EventType::RunStarted, fields);
         if self.session.task_id().is_some() {
             self.announce(out);
         }
@@ -265,7 +266,7 @@ impl Projection {
     pub(crate) fn recover_pipeline(&mut self, state: &Value, events: &mut impl EventSink) {
         let out = &mut Out::new(events, self.clock);
         if let Some(fields) = pipeline::snapshot(state, &mut self.pipeline_run_id) {
-            out.push("ACTIVITY_SNAPSHOT", fields);
+            out.push(EventType::ActivitySnapshot, fields);
         }
         if let Some(envelopes) = state.get("events").and_then(Value::as_array) {
             self.dedup.recovering = true;
@@ -295,17 +296,17 @@ impl Projection {
         }
         let (kind, mut fields) = match end {
             End::Success => (
-                "RUN_FINISHED",
+                EventType::RunFinished,
                 json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id,
                        "outcome": {"type": "success"}}),
             ),
             End::Interrupt(list) => (
-                "RUN_FINISHED",
+                EventType::RunFinished,
                 json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id,
                        "outcome": {"type": "interrupt", "interrupts": list}}),
             ),
             End::Failed(e) => (
-                "RUN_ERROR",
+                EventType::RunError,
                 json!({"message": e.message(self.lang), "code": e.code.as_str()}),
             ),
         };
