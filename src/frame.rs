@@ -446,7 +446,7 @@ impl TaskState {
         (TaskState::AuthRequired, "auth-required"),
     ];
 
-    /// Case-insensitive, `_` = `-`, an optional `task_state_` prefix: as `normalize_state` reads.
+    /// Case-insensitive, `_` = `-`, an optional `task_state_` prefix.
     pub(crate) fn parse(state: &str) -> TaskState {
         const PREFIX: &str = "task_state_";
         let s = match state.get(..PREFIX.len()) {

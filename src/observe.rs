@@ -18,9 +18,10 @@
 use crate::app::App;
 use crate::error::{Error, Lang, Msg};
 use crate::feed::{Feed, Next, Start};
+use crate::frame::TaskState;
 use crate::ids;
 use crate::interrupts;
-use crate::projection::{normalize_state, Durable, End, Projection, RunIds};
+use crate::projection::{Durable, End, Projection, RunIds};
 use crate::store::{ActiveRun, ThreadDoc};
 use crate::stream::SseStream;
 use serde_json::{json, Value};
@@ -475,13 +476,16 @@ fn settled(app: &App, obs: &Observer) -> End {
         .task_state(&obs.task_id)
         .ok()
         .flatten()
-        .map(|s| normalize_state(&s))
-        .unwrap_or_default();
-    match state.as_str() {
-        "completed" | "input-required" => End::Success,
-        "canceled" | "cancelled" => End::Failed(Msg::Cancelled.err()),
-        "failed" | "rejected" | "auth-required" => End::Failed(Msg::ObservedFailed.err()),
-        _ => End::Failed(Msg::ObservedLost.err()),
+        .map_or(TaskState::Other, |s| TaskState::parse(&s));
+    match state {
+        TaskState::Completed | TaskState::InputRequired => End::Success,
+        TaskState::Canceled => End::Failed(Msg::Cancelled.err()),
+        TaskState::Failed | TaskState::Rejected | TaskState::AuthRequired => {
+            End::Failed(Msg::ObservedFailed.err())
+        }
+        TaskState::Submitted | TaskState::Working | TaskState::Other => {
+            End::Failed(Msg::ObservedLost.err())
+        }
     }
 }
 

@@ -24,7 +24,6 @@ mod tools;
 mod usage;
 
 pub use crate::events::{DeltaSpans, EventSink, Events, Serialized};
-pub(crate) use item::normalize_state;
 pub use outcome::End;
 
 use crate::a2a::incoming;

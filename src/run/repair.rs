@@ -4,6 +4,7 @@
 use super::Run;
 use crate::a2a::A2aClient;
 use crate::error::{Error, Msg};
+use crate::frame::TaskState;
 use crate::store::{ActiveRun, Execution};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -52,8 +53,8 @@ fn stop_task(a2a: &A2aClient, active: &ActiveRun, task: &str) -> Result<(), Erro
         match a2a.task_state(task) {
             Ok(None) => return Ok(()),
             Ok(Some(state)) => {
-                let state = crate::projection::normalize_state(&state);
-                if !matches!(state.as_str(), "working" | "submitted") {
+                let state = TaskState::parse(&state);
+                if !matches!(state, TaskState::Working | TaskState::Submitted) {
                     return Ok(());
                 }
             }

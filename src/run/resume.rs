@@ -13,10 +13,11 @@
 use super::{lost, Run, Write};
 use crate::a2a::{self, A2aStream, Rpc, RunMode, Turn};
 use crate::error::{Code, Error, Msg};
+use crate::frame::TaskState;
 use crate::ids;
 use crate::input::ResumeEntry;
 use crate::interrupts::{self, Answer};
-use crate::projection::{normalize_state, End};
+use crate::projection::End;
 use crate::store::{AppliedDigest, ThreadDoc};
 use serde_json::Value;
 use std::ops::ControlFlow::{self, Break, Continue};
@@ -146,7 +147,7 @@ impl Run<'_> {
                 return Break(End::Failed(Msg::SessionChanged.err()));
             }
         }
-        let state = normalize_state(
+        let state = TaskState::parse(
             task.pointer("/status/state")
                 .and_then(Value::as_str)
                 .unwrap_or(""),
@@ -154,8 +155,12 @@ impl Run<'_> {
         // A side wait of a pipeline (a permission inside a candidate) is answered while the task
         // is WORKING (`pendingPermissions`): any state but an end is a live wait.
         if matches!(
-            state.as_str(),
-            "completed" | "failed" | "canceled" | "cancelled" | "rejected" | "auth-required"
+            state,
+            TaskState::Completed
+                | TaskState::Failed
+                | TaskState::Canceled
+                | TaskState::Rejected
+                | TaskState::AuthRequired
         ) {
             return Break(self.terminal(End::Failed(lost())));
         }
