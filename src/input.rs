@@ -76,19 +76,37 @@ pub(crate) struct AlibabaCloud {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ResumeEntry {
     pub(crate) interrupt_id: String,
-    pub(crate) cancelled: bool,
+    pub(crate) status: ResumeStatus,
     pub(crate) payload: Option<Value>,
+}
+
+/// How the client answered an interrupt (`resume[].status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResumeStatus {
+    /// Answered with a payload.
+    Resolved,
+    /// Declined: a permission is denied, a question or selection cancels the execution.
+    Cancelled,
+}
+
+impl ResumeStatus {
+    const NAMES: [(ResumeStatus, &'static str); 2] = [
+        (ResumeStatus::Resolved, "resolved"),
+        (ResumeStatus::Cancelled, "cancelled"),
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            ResumeStatus::Resolved => "resolved",
+            ResumeStatus::Cancelled => "cancelled",
+        }
+    }
 }
 
 impl ResumeEntry {
     /// The canonical form whose digest marks an applied answer: `{status, payload}`.
     pub(crate) fn canonical(&self) -> Value {
-        let status = if self.cancelled {
-            "cancelled"
-        } else {
-            "resolved"
-        };
-        let mut v = serde_json::json!({ "status": status });
+        let mut v = serde_json::json!({ "status": self.status.as_str() });
         if let Some(p) = &self.payload {
             v["payload"] = p.clone();
         }
@@ -268,6 +286,25 @@ fn bool_field(obj: &Obj, key: &str, path: &str) -> Result<Option<bool>, Error> {
         None => Ok(None),
         Some(raw) if kind(raw) == Kind::Bool => Ok(Some(raw.get() == "true")),
         Some(_) => Err(wrong_type(path, Msg::MustBeBool)),
+    }
+}
+
+/// A string field that must be one of `names`, read as the value its name stands for.
+fn choice<T: Copy>(
+    obj: &Obj,
+    key: &str,
+    path: &str,
+    names: &[(T, &str)],
+) -> Result<Option<T>, Error> {
+    let Some(s) = string_field(obj, key, path)? else {
+        return Ok(None);
+    };
+    match names.iter().find(|(_, name)| *name == s) {
+        Some((value, _)) => Ok(Some(*value)),
+        None => {
+            let list: Vec<&str> = names.iter().map(|(_, name)| *name).collect();
+            Err(Msg::NotOneOf.with(&[&path, &list.join(", ")]))
+        }
     }
 }
 
@@ -716,11 +753,11 @@ fn parse_resume(raw: &RawValue) -> Result<Vec<ResumeEntry>, Error> {
         let obj =
             object(item, &["interruptId", "status", "payload"], &path)?.no_duplicate(&path)?;
         let interrupt_id = non_empty(&obj, "interruptId", &format!("{path}.interruptId"))?;
-        let status = enum_field(
+        let status = choice(
             &obj,
             "status",
             &format!("{path}.status"),
-            &["resolved", "cancelled"],
+            &ResumeStatus::NAMES,
         )?
         .ok_or_else(|| missing(&format!("{path}.status")))?;
         let payload = match obj.get("payload") {
@@ -730,7 +767,7 @@ fn parse_resume(raw: &RawValue) -> Result<Vec<ResumeEntry>, Error> {
         };
         entries.push(ResumeEntry {
             interrupt_id,
-            cancelled: status == "cancelled",
+            status,
             payload,
         });
         Ok(())

@@ -248,7 +248,7 @@ impl Run<'_> {
                     None => return Break(End::Failed(unknown_interrupt())),
                 }
             };
-            match interrupts::answer(&pending.value, entry.cancelled, entry.payload.as_ref()) {
+            match interrupts::answer(&pending.value, entry.status, entry.payload.as_ref()) {
                 Ok(answer) => answers.push(Answered {
                     entry: entry.clone(),
                     answer,
