@@ -6,6 +6,7 @@
 
 use crate::error::{Error, Msg};
 use crate::frame::Item;
+use crate::modes::{Presentation, RunMode};
 use crate::sse::EventReader;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -21,14 +22,14 @@ pub(crate) enum Turn<'a> {
         extra: Option<Value>,
         /// The execution's mode: the kernel reads the mode from each message
         /// (`iac_code/a2a/request_mode.py`), so an answer without it is a normal chat turn.
-        mode: RunMode<'a>,
+        mode: ExecutionMode<'a>,
     },
 }
 
 /// The `run_mode` and `pipeline_name` an execution started with.
 #[derive(Clone, Copy, Default)]
-pub(crate) struct RunMode<'a> {
-    pub(crate) run_mode: Option<&'a str>,
+pub(crate) struct ExecutionMode<'a> {
+    pub(crate) run_mode: Option<RunMode>,
     pub(crate) pipeline_name: Option<&'a str>,
 }
 
@@ -44,10 +45,9 @@ pub(crate) struct TurnOptions<'a> {
     pub(crate) channel: Option<&'a str>,
     pub(crate) model: Option<&'a str>,
     pub(crate) llm_api_key: Option<&'a str>,
-    /// `"rich"` is sent as the kernel's `"rich-v1"`.
-    pub(crate) candidate_presentation: Option<&'a str>,
+    pub(crate) candidate_presentation: Option<Presentation>,
     /// The mode of a [`Turn::New`] (an answer carries its execution's own).
-    pub(crate) mode: RunMode<'a>,
+    pub(crate) mode: ExecutionMode<'a>,
     pub(crate) thinking: Thinking<'a>,
     pub(crate) cloud: CloudCredentials<'a>,
 }
@@ -95,6 +95,14 @@ pub(crate) fn user_message(
     message
 }
 
+/// The kernel's name of a candidate presentation: `rich` is its `rich-v1`.
+fn kernel_presentation(p: Presentation) -> &'static str {
+    match p {
+        Presentation::Standard => "standard",
+        Presentation::Rich => "rich-v1",
+    }
+}
+
 /// The client's settings → `metadata.iac_code`, in one place (names read from the kernel's source).
 fn iac_code_metadata(o: &TurnOptions, turn: &Turn) -> Value {
     let mut m = Map::new();
@@ -116,13 +124,13 @@ fn iac_code_metadata(o: &TurnOptions, turn: &Turn) -> Value {
     put(
         "candidatePresentation",
         o.candidate_presentation
-            .map(|p| json!(if p == "rich" { "rich-v1" } else { p })),
+            .map(|p| json!(kernel_presentation(p))),
     );
     let mode = match turn {
         Turn::New => o.mode,
         Turn::Answer { mode, .. } => *mode,
     };
-    put("run_mode", s(mode.run_mode));
+    put("run_mode", s(mode.run_mode.map(RunMode::as_str)));
     put("pipeline_name", s(mode.pipeline_name));
     let mut th = Map::new();
     if let Some(e) = o.thinking.enabled {
@@ -608,9 +616,9 @@ mod tests {
             model: Some(" m "),
             llm_api_key: Some("k"),
             user_id: Some("u"),
-            candidate_presentation: Some("rich"),
-            mode: RunMode {
-                run_mode: Some("pipeline"),
+            candidate_presentation: Some(Presentation::Rich),
+            mode: ExecutionMode {
+                run_mode: Some(RunMode::Pipeline),
                 pipeline_name: Some("selling"),
             },
             thinking: Thinking {
@@ -640,8 +648,8 @@ mod tests {
         let answer = Turn::Answer {
             task_id: "t",
             extra: None,
-            mode: RunMode {
-                run_mode: Some("normal"),
+            mode: ExecutionMode {
+                run_mode: Some(RunMode::Normal),
                 pipeline_name: None,
             },
         };
@@ -679,7 +687,7 @@ mod tests {
         let answer = Turn::Answer {
             task_id: "task-1",
             extra: Some(json!({"inputResponse": {"value": "v"}})),
-            mode: RunMode::default(),
+            mode: ExecutionMode::default(),
         };
         let m = user_message("m2", &parts, "ctx", &iac, answer);
         assert_eq!(m["taskId"], "task-1");

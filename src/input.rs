@@ -5,6 +5,7 @@
 //! is read leniently (unknown top-level fields pass, as AG-UI allows), the iac-code extension strictly.
 
 use crate::error::{Error, Lang, Msg};
+use crate::modes::{Presentation, RunMode};
 use base64::Engine;
 use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -51,8 +52,8 @@ pub(crate) struct IacCode {
     pub(crate) user_id: Option<String>,
     pub(crate) channel: Option<String>,
     pub(crate) preferred_language: Option<String>,
-    pub(crate) candidate_presentation: Option<String>,
-    pub(crate) run_mode: Option<String>,
+    pub(crate) candidate_presentation: Option<Presentation>,
+    pub(crate) run_mode: Option<RunMode>,
     pub(crate) pipeline_name: Option<String>,
     pub(crate) cleanup_only: Option<bool>,
     pub(crate) alibaba_cloud: Option<AlibabaCloud>,
@@ -308,17 +309,6 @@ fn choice<T: Copy>(
     }
 }
 
-fn enum_field(obj: &Obj, key: &str, path: &str, allowed: &[&str]) -> Result<Option<String>, Error> {
-    let v = string_field(obj, key, path)?;
-    if let Some(s) = &v {
-        if !allowed.contains(&s.as_str()) {
-            let list = allowed.join(", ");
-            return Err(Msg::NotOneOf.with(&[&path, &list]));
-        }
-    }
-    Ok(v)
-}
-
 const ENVELOPE_FIELDS: &[&str] = &[
     "threadId",
     "runId",
@@ -525,17 +515,17 @@ fn parse_iac_code<'a>(
         user_id: s("userId")?,
         channel: s("channel")?,
         preferred_language: s("preferredLanguage")?,
-        candidate_presentation: enum_field(
+        candidate_presentation: choice(
             &obj,
             "candidatePresentation",
             "forwardedProps.iacCode.candidatePresentation",
-            &["standard", "rich"],
+            &Presentation::NAMES,
         )?,
-        run_mode: enum_field(
+        run_mode: choice(
             &obj,
             "runMode",
             "forwardedProps.iacCode.runMode",
-            &["normal", "pipeline"],
+            &RunMode::NAMES,
         )?,
         pipeline_name: s("pipelineName")?,
         cleanup_only: bool_field(&obj, "cleanupOnly", "forwardedProps.iacCode.cleanupOnly")?,

@@ -31,6 +31,7 @@
 //! | [`error`] | the one error type, the spec's codes, the seven languages and the one language decision |
 //! | `messages` | the one catalogue of user-visible messages (code, status, a sentence per language) |
 //! | `ids` | ids, digests, clocks |
+//! | `modes` | the client's `runMode` and `candidatePresentation`, with their wire names |
 //! | `events` | AG-UI event types and serialised events: what the projection writes, the feed and stream read |
 //!
 //! The projection can be driven without sockets:
@@ -77,6 +78,7 @@ pub mod kernel;
 pub mod logctx;
 pub(crate) mod messages;
 pub(crate) mod metrics;
+pub(crate) mod modes;
 pub(crate) mod observe;
 pub mod projection;
 pub(crate) mod routing;

@@ -7,7 +7,7 @@ use crate::app::App;
 use crate::error::{Error, Lang, Msg};
 use crate::ids;
 use crate::input::{ResumeEntry, RunInput, UserMessage};
-use crate::store::{ActiveRun, Execution, Slot, ThreadDoc};
+use crate::store::{ActiveRun, Execution, Recorded, Slot, ThreadDoc};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -151,8 +151,8 @@ fn new_turn_mode(doc: &mut ThreadDoc, input: &mut RunInput) -> Result<Mode, Erro
         pipeline_sequence: 0,
         text_snapshot_digests: vec![],
         // Every answer of this execution carries the mode it started in.
-        run_mode: Some(input.iac.run_mode.clone()),
-        pipeline_name: Some(input.iac.pipeline_name.clone()),
+        run_mode: Recorded::Given(input.iac.run_mode),
+        pipeline_name: Recorded::Given(input.iac.pipeline_name.clone()),
     };
     // No pending input and not terminal: the run that owned it never ended. It stays recorded
     // (the cancel extension still reaches it) until the run thread repaired it.

@@ -226,9 +226,9 @@ impl<'a> Run<'a> {
             channel: iac.channel.as_deref(),
             model: iac.model.as_deref(),
             llm_api_key: iac.llm_api_key.as_deref(),
-            candidate_presentation: iac.candidate_presentation.as_deref(),
-            mode: a2a::RunMode {
-                run_mode: iac.run_mode.as_deref(),
+            candidate_presentation: iac.candidate_presentation,
+            mode: a2a::ExecutionMode {
+                run_mode: iac.run_mode,
                 pipeline_name: iac.pipeline_name.as_deref(),
             },
             thinking: a2a::Thinking {

@@ -11,7 +11,7 @@
 //!    accepted it.
 
 use super::{lost, Run, Write};
-use crate::a2a::{self, A2aStream, Rpc, RunMode, Turn};
+use crate::a2a::{self, A2aStream, ExecutionMode, Rpc, Turn};
 use crate::error::{Code, Error, Msg};
 use crate::frame::TaskState;
 use crate::ids;
@@ -434,20 +434,12 @@ impl Run<'_> {
             .expect("admitted runs have an execution");
         // One recorded without a mode (a state file the reference wrote): the answering
         // request's own, as the reference sends it.
-        let run_mode = match &exec.run_mode {
-            Some(m) => m.as_deref(),
-            None => options.mode.run_mode,
-        };
-        let pipeline_name = match &exec.pipeline_name {
-            Some(m) => m.as_deref(),
-            None => options.mode.pipeline_name,
-        };
         let turn = Turn::Answer {
             task_id,
             extra,
-            mode: RunMode {
-                run_mode,
-                pipeline_name,
+            mode: ExecutionMode {
+                run_mode: exec.run_mode.or(options.mode.run_mode),
+                pipeline_name: exec.pipeline_name.as_deref().or(options.mode.pipeline_name),
             },
         };
         let context = &self.doc.context_id;
