@@ -48,7 +48,7 @@ pub struct Config {
     /// Extra `Host` values accepted when bound to a loopback address (lower-case).
     pub(crate) allowed_hosts: Vec<String>,
     /// One of several pairs behind a balancer: unknown threads with history are refused.
-    pub(crate) pair_mode: bool,
+    pub(crate) pair_mode: PairMode,
     /// Origins whose pages may call us from another origin (exact; `*` only without a token).
     pub(crate) cors_allow_origins: Vec<String>,
     /// How long a run whose client left keeps going for an observer to re-attach (0: cancelled
@@ -258,7 +258,10 @@ impl Command {
             )?,
             write_timeout: positive_seconds(get("write-timeout"), "write-timeout", 60.0)?,
             allowed_hosts: host_list(get("allowed-host"))?,
-            pair_mode: flag(get("pair-mode"), "pair-mode")?,
+            pair_mode: match flag(get("pair-mode"), "pair-mode")? {
+                true => PairMode::Several,
+                false => PairMode::Single,
+            },
             cors_allow_origins: origin_list(get("cors-allow-origin"))?,
             detach_grace: seconds(get("detach-grace"), "detach-grace", 0.0)?,
             replay_buffer_bytes: number(
@@ -457,6 +460,15 @@ pub(crate) fn is_loopback_host(host: &str) -> bool {
         Ok(ip) => ip.to_canonical().is_loopback(),
         Err(_) => host.eq_ignore_ascii_case("localhost"),
     }
+}
+
+/// Whether this adapter is the only pair or one of several behind a balancer (`--pair-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PairMode {
+    /// The only pair: every thread may start here.
+    Single,
+    /// One of several: a thread this pair never held is refused when it shows history.
+    Several,
 }
 
 fn flag(v: Option<String>, name: &str) -> Result<bool, String> {

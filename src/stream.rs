@@ -100,7 +100,7 @@ pub(crate) struct SseStream {
     on_close: Mutex<Option<CloseHook>>,
     /// The connection itself (absent in unit tests): non-blocking heartbeats, peeks, shutdown.
     socket: Option<Arc<TcpStream>>,
-    chunked: bool,
+    framing: Framing,
     write_timeout: Duration,
     /// The cursor tag of frames this stream numbers itself ([`SseStream::send`]).
     tag: Mutex<String>,
@@ -117,6 +117,24 @@ struct Inner {
     backlog: Vec<u8>,
     /// Since when `backlog` has been waiting.
     stalled_since: Option<Instant>,
+}
+
+/// How the body of a response is delimited.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// HTTP/1.1: chunks, and a last chunk ends the body (the connection may serve another request).
+    Chunked,
+    /// HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+    Close,
+}
+
+impl Framing {
+    fn head(self) -> &'static [u8] {
+        match self {
+            Framing::Chunked => HEAD_CHUNKED,
+            Framing::Close => HEAD_CLOSE,
+        }
+    }
 }
 
 const HEAD_CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\n\
@@ -142,31 +160,35 @@ impl SseStream {
         extra: &str,
     ) -> std::io::Result<Arc<SseStream>> {
         let version = req.http_version();
-        let chunked = (version.0, version.1) >= (1, 1);
+        let framing = if (version.0, version.1) >= (1, 1) {
+            Framing::Chunked
+        } else {
+            Framing::Close
+        };
         let socket = req.socket().map(Arc::new);
         if let Some(s) = &socket {
             s.set_write_timeout(Some(write_timeout))?;
             let _ = s.set_nodelay(true);
         }
-        SseStream::with(req.into_writer(), socket, chunked, write_timeout, extra)
+        SseStream::with(req.into_writer(), socket, framing, write_timeout, extra)
     }
 
     /// A chunked stream on a plain writer (no socket: no peeking, heartbeats may block): unit
     /// tests and the hot-path bench.
     pub(crate) fn start(writer: Box<dyn Write + Send>) -> std::io::Result<Arc<SseStream>> {
-        SseStream::with(writer, None, true, Duration::from_secs(60), "")
+        SseStream::with(writer, None, Framing::Chunked, Duration::from_secs(60), "")
     }
 
     fn with(
         mut response: Box<dyn Write + Send>,
         socket: Option<Arc<TcpStream>>,
-        chunked: bool,
+        framing: Framing,
         write_timeout: Duration,
         extra: &str,
     ) -> std::io::Result<Arc<SseStream>> {
         // The head goes through tiny_http's writer, which waits until earlier (pipelined)
         // responses on this connection are out; from then on the socket is ours.
-        let head = if chunked { HEAD_CHUNKED } else { HEAD_CLOSE };
+        let head = framing.head();
         let mut bytes = head[..head.len() - 2].to_vec();
         bytes.extend_from_slice(extra.as_bytes());
         bytes.extend_from_slice(b"\r\n");
@@ -188,7 +210,7 @@ impl SseStream {
             closed: AtomicBool::new(false),
             on_close: Mutex::new(None),
             socket,
-            chunked,
+            framing,
             write_timeout,
             tag: Mutex::new("0".into()),
         }))
@@ -279,7 +301,7 @@ impl SseStream {
 
     fn frame_into(&self, frame: &mut Vec<u8>, body: &[u8]) {
         frame.clear();
-        if self.chunked {
+        if self.framing == Framing::Chunked {
             let _ = write!(frame, "{:x}\r\n", body.len());
             frame.extend_from_slice(body);
             frame.extend_from_slice(b"\r\n");
@@ -433,11 +455,11 @@ impl SseStream {
         if !self.closed.swap(true, Ordering::SeqCst) {
             let Inner { out, backlog, .. } = &mut *inner;
             let mut ok = backlog.is_empty() || out.write_all(backlog).is_ok();
-            if self.chunked {
+            if self.framing == Framing::Chunked {
                 ok = ok && out.write_all(b"0\r\n\r\n").is_ok();
             }
             let _ = out.flush();
-            if !self.chunked || !ok {
+            if self.framing == Framing::Close || !ok {
                 if let Some(s) = &self.socket {
                     let _ = s.shutdown(std::net::Shutdown::Both);
                 }
@@ -471,7 +493,7 @@ impl SseStream {
             ..
         } = &mut *inner;
         self.frame_into(frame, &body);
-        if self.chunked {
+        if self.framing == Framing::Chunked {
             frame.extend_from_slice(b"0\r\n\r\n");
         }
         let written = out

@@ -244,7 +244,11 @@ impl Projection {
         let status = head.status.obj();
         let message = status.map(|s| &s.message).filter(|m| m.is_present());
         if let Some(message) = message {
-            self.status_message(message.obj(), iac.final_complete, out);
+            if iac.final_complete {
+                self.final_message(message.obj(), out);
+            } else {
+                self.status_message(message.obj(), out);
+            }
         } else if kind == ItemKind::Task && self.spans.contents() == self.snapshot_contents {
             // Only snapshots have given text so far: the stream has not taken over.
             self.history_text(head.history, out);
@@ -369,8 +373,16 @@ impl Projection {
         }
     }
 
-    /// The agent's message in a status: streamed text, unless it repeats what was already sent.
-    fn status_message(&mut self, message: Option<&Message>, final_repeat: bool, out: &mut Out) {
+    /// The agent's final message (`assistantFinal.complete`): it repeats the streamed text, so
+    /// it is text of its own only when nothing was streamed.
+    fn final_message(&mut self, message: Option<&Message>, out: &mut Out) {
+        if !self.spans.sent_text() {
+            self.status_message(message, out);
+        }
+    }
+
+    /// The agent's message in a status: streamed text.
+    fn status_message(&mut self, message: Option<&Message>, out: &mut Out) {
         let Some(message) = message else {
             return; // not an object: no text
         };
@@ -379,7 +391,7 @@ impl Projection {
             return;
         }
         let text = message.parts.as_str();
-        if text.is_empty() || (final_repeat && self.spans.sent_text()) {
+        if text.is_empty() {
             return;
         }
         let owned;
