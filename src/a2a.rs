@@ -48,13 +48,14 @@ pub(crate) struct TurnOptions<'a> {
     pub(crate) candidate_presentation: Option<Presentation>,
     /// The mode of a [`Turn::New`] (an answer carries its execution's own).
     pub(crate) mode: ExecutionMode<'a>,
-    pub(crate) thinking: Thinking<'a>,
+    pub(crate) thinking: ThinkingMetadata<'a>,
     pub(crate) cloud: CloudCredentials<'a>,
 }
 
-/// `metadata.iac_code.thinking` (sent only when one of them is given).
+/// `metadata.iac_code.thinking` of a message we send: the client's thinking options (sent only
+/// when one of them is given).
 #[derive(Clone, Copy, Default)]
-pub(crate) struct Thinking<'a> {
+pub(crate) struct ThinkingMetadata<'a> {
     pub(crate) enabled: Option<bool>,
     pub(crate) effort: Option<&'a str>,
     pub(crate) budget: Option<u64>,
@@ -621,7 +622,7 @@ mod tests {
                 run_mode: Some(RunMode::Pipeline),
                 pipeline_name: Some("selling"),
             },
-            thinking: Thinking {
+            thinking: ThinkingMetadata {
                 enabled: Some(true),
                 effort: None,
                 budget: Some(9),

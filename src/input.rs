@@ -48,7 +48,7 @@ pub(crate) struct IacCode {
     pub(crate) cwd: String,
     pub(crate) model: Option<String>,
     pub(crate) llm_api_key: Option<String>,
-    pub(crate) thinking: Option<Thinking>,
+    pub(crate) thinking: Option<ThinkingOptions>,
     pub(crate) user_id: Option<String>,
     pub(crate) channel: Option<String>,
     pub(crate) preferred_language: Option<String>,
@@ -59,8 +59,9 @@ pub(crate) struct IacCode {
     pub(crate) alibaba_cloud: Option<AlibabaCloud>,
 }
 
+/// `forwardedProps.iacCode.thinking`: how much the client wants the model to think.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Thinking {
+pub(crate) struct ThinkingOptions {
     pub(crate) enabled: Option<bool>,
     pub(crate) effort: Option<String>,
     pub(crate) budget: Option<u64>,
@@ -534,7 +535,7 @@ fn parse_iac_code<'a>(
     Ok((iac, secrets))
 }
 
-fn parse_thinking(raw: &RawValue) -> Result<Thinking, Error> {
+fn parse_thinking(raw: &RawValue) -> Result<ThinkingOptions, Error> {
     let path = "forwardedProps.iacCode.thinking";
     let t = object(raw, &["enabled", "effort", "budget"], path)?.strict(path)?;
     let budget = match t.get("budget") {
@@ -549,7 +550,7 @@ fn parse_thinking(raw: &RawValue) -> Result<Thinking, Error> {
             }
         },
     };
-    Ok(Thinking {
+    Ok(ThinkingOptions {
         enabled: bool_field(&t, "enabled", "forwardedProps.iacCode.thinking.enabled")?,
         effort: string_field(&t, "effort", "forwardedProps.iacCode.thinking.effort")?,
         budget,

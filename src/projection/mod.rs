@@ -29,7 +29,7 @@ pub use outcome::End;
 use crate::a2a::incoming;
 use crate::error::{Error, Lang, Msg};
 use crate::events::EventType;
-use crate::frame::{Item, ItemKind, Message, Thinking};
+use crate::frame::{Item, ItemKind, Message, ThinkingUpdate};
 use item::{end_of, message_text, open_waits};
 use out::{versioned, Custom, Out};
 use pipeline::Dedup;
@@ -350,7 +350,7 @@ impl Projection {
     /// `metadata.iac_code` of a task or status update: reasoning, tool, MCP progress, pipeline
     /// events, usage, in that order.
     fn on_iac(&mut self, iac: &crate::frame::Iac, envelopes: &pipeline::Envelopes, out: &mut Out) {
-        if let Some(text) = iac.thinking.obj().and_then(Thinking::raw_text) {
+        if let Some(text) = iac.thinking.obj().and_then(ThinkingUpdate::raw_text) {
             self.announce(out);
             let id = std::mem::take(&mut self.reasoning_id);
             self.spans.reasoning(&id, text, out);

@@ -231,7 +231,7 @@ impl<'a> Run<'a> {
                 run_mode: iac.run_mode,
                 pipeline_name: iac.pipeline_name.as_deref(),
             },
-            thinking: a2a::Thinking {
+            thinking: a2a::ThinkingMetadata {
                 enabled: thinking.and_then(|t| t.enabled),
                 effort: thinking.and_then(|t| t.effort.as_deref()),
                 budget: thinking.and_then(|t| t.budget),
