@@ -10,7 +10,7 @@ use crate::config::{self, Config};
 use crate::error::{Error, Lang, Msg};
 use crate::input::{self, MAX_BODY_BYTES};
 use crate::observe::{self, Observer};
-use crate::routing;
+use crate::pairs as routing;
 use crate::run::{self, Admitted};
 use crate::stream::SseStream;
 use parking_lot::Mutex;

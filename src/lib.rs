@@ -15,7 +15,7 @@
 //! | [`input`] | validation of `RunAgentInput` and `forwardedProps.iacCode` |
 //! | [`app`] | what every request shares: configuration, clients, store, runs in progress |
 //! | [`run`] | admission, the life of a run, resume, crash repair, the cancel extension, shutdown |
-//! | `routing` | several pairs: the thread header, unknown threads with history refused |
+//! | `pairs` | several pairs: the thread header, unknown threads with history refused |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
 //! | `observe` | re-attach after a reload: the thread lookup and the observe stream |
@@ -80,8 +80,8 @@ pub(crate) mod messages;
 pub(crate) mod metrics;
 pub(crate) mod modes;
 pub(crate) mod observe;
+pub(crate) mod pairs;
 pub mod projection;
-pub(crate) mod routing;
 pub mod run;
 pub mod sse;
 pub mod store;

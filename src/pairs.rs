@@ -145,7 +145,7 @@ mod tests {
 
     /// A store in a fresh directory of its own, removed when the guard drops.
     fn store(name: &str) -> (Dir, Store) {
-        let dir = std::env::temp_dir().join(format!("agui-routing-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("agui-pairs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = Store::new(dir.clone());
         (Dir(dir), store)
