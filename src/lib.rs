@@ -15,7 +15,7 @@
 //! | [`input`] | validation of `RunAgentInput` and `forwardedProps.iacCode` |
 //! | [`app`] | what every request shares: configuration, clients, store, runs in progress |
 //! | [`run`] | admission, the life of a run, resume, crash repair, the cancel extension, shutdown |
-//! | `routing` | several pairs: the thread header, unknown threads with history refused |
+//! | `pairs` | several pairs: the thread header, unknown threads with history refused |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
 //! | `observe` | re-attach after a reload: the thread lookup and the observe stream |
@@ -31,6 +31,8 @@
 //! | [`error`] | the one error type, the spec's codes, the seven languages and the one language decision |
 //! | `messages` | the one catalogue of user-visible messages (code, status, a sentence per language) |
 //! | `ids` | ids, digests, clocks |
+//! | `modes` | the client's `runMode` and `candidatePresentation`, with their wire names |
+//! | `events` | AG-UI event types and serialised events: what the projection writes, the feed and stream read |
 //!
 //! The projection can be driven without sockets:
 //!
@@ -63,6 +65,7 @@ pub mod a2a;
 pub mod app;
 pub mod config;
 pub mod error;
+pub(crate) mod events;
 pub mod feed;
 
 pub(crate) mod code;
@@ -77,9 +80,10 @@ pub(crate) mod lang;
 pub mod logctx;
 pub(crate) mod messages;
 pub(crate) mod metrics;
+pub(crate) mod modes;
 pub(crate) mod observe;
+pub(crate) mod pairs;
 pub mod projection;
-pub(crate) mod routing;
 pub mod run;
 pub mod sse;
 pub mod store;

@@ -64,7 +64,7 @@ pub enum Msg {
     ImageTooLarge,
     ImagesTooLarge,
     CancelNotJson,
-    // Several pairs (src/routing.rs).
+    // Several pairs (src/pairs.rs).
     ThreadHeaderMismatch,
     NotThisPair,
     // State files (src/store.rs).

@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Msg};
 use crate::ids;
+use crate::modes::RunMode;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -123,26 +124,62 @@ pub(crate) struct Execution {
     pub(crate) text_snapshot_digests: Vec<String>,
     /// The client's `runMode` on the turn that started the execution, sent again with every
     /// answer (the kernel decides the mode per message: `iac_code/a2a/request_mode.py`).
-    /// `Some(None)`: the client gave none; `None`: not recorded (a file the reference wrote,
-    /// which keeps no mode), so the answering request's own `runMode` is used.
-    #[serde(
-        default,
-        deserialize_with = "recorded",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub(crate) run_mode: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Recorded::is_absent")]
+    pub(crate) run_mode: Recorded<RunMode>,
     /// The client's `pipelineName`, recorded like `run_mode`.
-    #[serde(
-        default,
-        deserialize_with = "recorded",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub(crate) pipeline_name: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Recorded::is_absent")]
+    pub(crate) pipeline_name: Recorded<String>,
 }
 
-/// A key that is present (even `null`) is recorded; an absent one stays `None` (serde's default).
-fn recorded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
-    Option::<String>::deserialize(d).map(Some)
+/// A choice of the turn that started an execution, as its state file keeps it: a key that is
+/// present (even `null`) was recorded; an absent one was not (a file the reference wrote, which
+/// keeps no mode), so the answering request's own choice is used.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) enum Recorded<T> {
+    /// Not in the file: the file's writer keeps no such choice.
+    #[default]
+    Absent,
+    /// What the client gave (`None`: nothing, and nothing is sent).
+    Given(Option<T>),
+}
+
+impl<T> Recorded<T> {
+    fn is_absent(&self) -> bool {
+        matches!(self, Recorded::Absent)
+    }
+
+    /// What was recorded, else `fallback`.
+    pub(crate) fn or(self, fallback: Option<T>) -> Option<T> {
+        match self {
+            Recorded::Absent => fallback,
+            Recorded::Given(v) => v,
+        }
+    }
+
+    pub(crate) fn as_deref(&self) -> Recorded<&T::Target>
+    where
+        T: std::ops::Deref,
+    {
+        match self {
+            Recorded::Absent => Recorded::Absent,
+            Recorded::Given(v) => Recorded::Given(v.as_deref()),
+        }
+    }
+}
+
+impl<T: Serialize> Serialize for Recorded<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Recorded::Absent => s.serialize_none(),
+            Recorded::Given(v) => v.serialize(s),
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Recorded<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Option::<T>::deserialize(d).map(Recorded::Given)
+    }
 }
 
 /// A pending interrupt: the reduced input envelope, whether it is a pipeline side wait, and when it
@@ -461,6 +498,30 @@ mod tests {
     }
 
     #[test]
+    fn state_files_this_adapter_wrote_load_and_are_written_back_byte_for_byte() {
+        let files = [
+            include_str!("../tests/data/pipeline-turn.state.json"),
+            include_str!("../tests/data/plain-turn.state.json"),
+        ];
+        for text in files {
+            let doc: ThreadDoc = serde_json::from_str(text).unwrap();
+            assert_eq!(serde_json::to_vec_pretty(&doc).unwrap(), text.as_bytes());
+        }
+        let doc: ThreadDoc = serde_json::from_str(files[0]).unwrap();
+        let exec = doc.execution.unwrap();
+        assert_eq!(exec.run_mode, Recorded::Given(Some(RunMode::Pipeline)));
+        assert_eq!(
+            exec.pipeline_name.as_deref(),
+            Recorded::Given(Some("selling"))
+        );
+        let doc: ThreadDoc = serde_json::from_str(files[1]).unwrap();
+        assert_eq!(doc.execution.unwrap().run_mode, Recorded::Given(None));
+        let reference: ThreadDoc =
+            serde_json::from_str(include_str!("../tests/data/permission-flow.state.json")).unwrap();
+        assert_eq!(reference.execution.unwrap().run_mode, Recorded::Absent);
+    }
+
+    #[test]
     fn save_then_load_round_trips_and_checks_the_thread_id() {
         let dir = tmp("rt");
         let store = Store::new(dir.clone());
@@ -538,10 +599,17 @@ mod tests {
                 .extend(extra.as_object().unwrap().clone());
             serde_json::from_value::<Execution>(v).unwrap()
         };
-        assert_eq!(read(json!({})).run_mode, None, "a file the reference wrote");
-        assert_eq!(read(json!({"runMode": null})).run_mode, Some(None));
+        assert_eq!(
+            read(json!({})).run_mode,
+            Recorded::Absent,
+            "a file the reference wrote"
+        );
+        assert_eq!(
+            read(json!({"runMode": null})).run_mode,
+            Recorded::Given(None)
+        );
         let e = read(json!({"runMode": "pipeline", "pipelineName": "selling"}));
-        assert_eq!(e.run_mode, Some(Some("pipeline".into())));
+        assert_eq!(e.run_mode, Recorded::Given(Some(RunMode::Pipeline)));
         let back = serde_json::to_value(&e).unwrap();
         assert_eq!(back["pipelineName"], "selling");
         assert!(serde_json::to_value(read(json!({})))
@@ -562,8 +630,8 @@ mod tests {
                 pipeline_open_steps: Vec::new(),
                 pipeline_sequence: 0,
                 text_snapshot_digests: Vec::new(),
-                run_mode: None,
-                pipeline_name: None,
+                run_mode: Recorded::Absent,
+                pipeline_name: Recorded::Absent,
             });
             doc.applied_resume_digests.push(AppliedDigest {
                 digest: "d".into(),

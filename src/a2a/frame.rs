@@ -289,7 +289,7 @@ pub(crate) struct Iac<'a> {
     pub(crate) session_id: LStr<'a>,
     /// `assistantFinal.complete` is `true`: the message repeats the streamed text.
     pub(crate) final_complete: bool,
-    pub(crate) thinking: Field<Thinking<'a>>,
+    pub(crate) thinking: Field<ThinkingUpdate<'a>>,
     /// The other keys, `Null` when there are none.
     pub(crate) rare: Value,
     /// `pipeline` and `pipelineBatch` as they came (not in `rare`): each envelope is viewed
@@ -328,16 +328,18 @@ impl<'de: 'a, 'a> FillFrom<'de> for Iac<'a> {
     }
 }
 
+/// `metadata.iac_code.thinking` of an update: the kernel's reasoning (not the client's thinking
+/// options, `input::ThinkingOptions`).
 #[derive(Deserialize, Default)]
 #[serde(default)]
-pub(crate) struct Thinking<'a> {
+pub(crate) struct ThinkingUpdate<'a> {
     #[serde(borrow, rename = "type")]
     pub(crate) kind: LStr<'a>,
     #[serde(borrow)]
     pub(crate) text: LStr<'a>,
 }
 
-impl Thinking<'_> {
+impl ThinkingUpdate<'_> {
     /// The non-empty text of raw thinking.
     pub(crate) fn raw_text(&self) -> Option<&str> {
         (self.kind.get() == Some("raw_thinking"))
@@ -395,7 +397,7 @@ impl TaskState {
         (TaskState::AuthRequired, "auth-required"),
     ];
 
-    /// Case-insensitive, `_` = `-`, an optional `task_state_` prefix: as `normalize_state` reads.
+    /// Case-insensitive, `_` = `-`, an optional `task_state_` prefix.
     pub(crate) fn parse(state: &str) -> TaskState {
         const PREFIX: &str = "task_state_";
         let s = match state.get(..PREFIX.len()) {

@@ -2,6 +2,7 @@
 //! written into `metadata.iac_code` under the kernel's own key names, in one place
 //! (`iac_code_metadata`; read from the kernel's source).
 
+use crate::modes::{Presentation, RunMode};
 use serde_json::{json, Map, Value};
 
 /// What a `SendStreamingMessage` starts.
@@ -15,14 +16,14 @@ pub(crate) enum Turn<'a> {
         extra: Option<Value>,
         /// The execution's mode: the kernel reads the mode from each message
         /// (`iac_code/a2a/request_mode.py`), so an answer without it is a normal chat turn.
-        mode: RunMode<'a>,
+        mode: ExecutionMode<'a>,
     },
 }
 
 /// The `run_mode` and `pipeline_name` an execution started with.
 #[derive(Clone, Copy, Default)]
-pub(crate) struct RunMode<'a> {
-    pub(crate) run_mode: Option<&'a str>,
+pub(crate) struct ExecutionMode<'a> {
+    pub(crate) run_mode: Option<RunMode>,
     pub(crate) pipeline_name: Option<&'a str>,
 }
 
@@ -38,17 +39,17 @@ pub(crate) struct TurnOptions<'a> {
     pub(crate) channel: Option<&'a str>,
     pub(crate) model: Option<&'a str>,
     pub(crate) llm_api_key: Option<&'a str>,
-    /// `"rich"` is sent as the kernel's `"rich-v1"`.
-    pub(crate) candidate_presentation: Option<&'a str>,
+    pub(crate) candidate_presentation: Option<Presentation>,
     /// The mode of a [`Turn::New`] (an answer carries its execution's own).
-    pub(crate) mode: RunMode<'a>,
-    pub(crate) thinking: Thinking<'a>,
+    pub(crate) mode: ExecutionMode<'a>,
+    pub(crate) thinking: ThinkingMetadata<'a>,
     pub(crate) cloud: CloudCredentials<'a>,
 }
 
-/// `metadata.iac_code.thinking` (sent only when one of them is given).
+/// `metadata.iac_code.thinking` of a message we send: the client's thinking options (sent only
+/// when one of them is given).
 #[derive(Clone, Copy, Default)]
-pub(crate) struct Thinking<'a> {
+pub(crate) struct ThinkingMetadata<'a> {
     pub(crate) enabled: Option<bool>,
     pub(crate) effort: Option<&'a str>,
     pub(crate) budget: Option<u64>,
@@ -89,6 +90,14 @@ pub(crate) fn user_message(
     message
 }
 
+/// The kernel's name of a candidate presentation: `rich` is its `rich-v1`.
+fn kernel_presentation(p: Presentation) -> &'static str {
+    match p {
+        Presentation::Standard => "standard",
+        Presentation::Rich => "rich-v1",
+    }
+}
+
 /// The client's settings → `metadata.iac_code`, in one place (names read from the kernel's source).
 fn iac_code_metadata(o: &TurnOptions, turn: &Turn) -> Value {
     let mut m = Map::new();
@@ -110,13 +119,13 @@ fn iac_code_metadata(o: &TurnOptions, turn: &Turn) -> Value {
     put(
         "candidatePresentation",
         o.candidate_presentation
-            .map(|p| json!(if p == "rich" { "rich-v1" } else { p })),
+            .map(|p| json!(kernel_presentation(p))),
     );
     let mode = match turn {
         Turn::New => o.mode,
         Turn::Answer { mode, .. } => *mode,
     };
-    put("run_mode", s(mode.run_mode));
+    put("run_mode", s(mode.run_mode.map(RunMode::as_str)));
     put("pipeline_name", s(mode.pipeline_name));
     let mut th = Map::new();
     if let Some(e) = o.thinking.enabled {
@@ -154,12 +163,12 @@ mod tests {
             model: Some(" m "),
             llm_api_key: Some("k"),
             user_id: Some("u"),
-            candidate_presentation: Some("rich"),
-            mode: RunMode {
-                run_mode: Some("pipeline"),
+            candidate_presentation: Some(Presentation::Rich),
+            mode: ExecutionMode {
+                run_mode: Some(RunMode::Pipeline),
                 pipeline_name: Some("selling"),
             },
-            thinking: Thinking {
+            thinking: ThinkingMetadata {
                 enabled: Some(true),
                 effort: None,
                 budget: Some(9),
@@ -186,8 +195,8 @@ mod tests {
         let answer = Turn::Answer {
             task_id: "t",
             extra: None,
-            mode: RunMode {
-                run_mode: Some("normal"),
+            mode: ExecutionMode {
+                run_mode: Some(RunMode::Normal),
                 pipeline_name: None,
             },
         };
@@ -225,7 +234,7 @@ mod tests {
         let answer = Turn::Answer {
             task_id: "task-1",
             extra: Some(json!({"inputResponse": {"value": "v"}})),
-            mode: RunMode::default(),
+            mode: ExecutionMode::default(),
         };
         let m = user_message("m2", &parts, "ctx", &iac, answer);
         assert_eq!(m["taskId"], "task-1");

@@ -22,6 +22,8 @@ mod rpc;
 
 pub use client::A2aClient;
 pub(crate) use envelope::{Coord, Envelope};
-pub(crate) use message::{user_message, CloudCredentials, RunMode, Thinking, Turn, TurnOptions};
+pub(crate) use message::{
+    user_message, CloudCredentials, ExecutionMode, ThinkingMetadata, Turn, TurnOptions,
+};
 pub(crate) use reader::{A2aStream, Next};
 pub(crate) use rpc::{Rpc, SESSION_BACKUP_NOT_READY};

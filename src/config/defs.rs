@@ -5,7 +5,7 @@
 //! read this table; an option's variable and YAML key follow from its name.
 
 use super::schema::{Answer, Def, Fallback, Origin, Sources, Takes, Variable};
-use super::Command;
+use super::{Command, PairMode};
 
 /// The flag that names the YAML file.
 pub(crate) const CONFIG: &str = "config";
@@ -356,7 +356,10 @@ pub(crate) const DEFS: &[Def] = &[
                never held, arriving with history or a resume, is refused (503 \
                STATE_UNAVAILABLE), never restarted",
         set: |c, v| {
-            c.pair_mode = v.switch()?;
+            c.pair_mode = match v.switch()? {
+                true => PairMode::Several,
+                false => PairMode::Single,
+            };
             Ok(())
         },
     },

@@ -10,6 +10,16 @@ mod loopback;
 mod parse;
 mod paths;
 mod schema;
+/// Whether this adapter is the only pair or one of several behind a balancer (`--pair-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum PairMode {
+    /// The only pair: every thread may start here.
+    #[default]
+    Single,
+    /// One of several: a thread this pair never held is refused when it shows history.
+    Several,
+}
+
 #[cfg(test)]
 mod tests;
 mod values;
@@ -64,7 +74,7 @@ pub struct Config {
     /// Extra `Host` values accepted when bound to a loopback address (lower-case).
     pub(crate) allowed_hosts: Vec<String>,
     /// One of several pairs behind a balancer: unknown threads with history are refused.
-    pub(crate) pair_mode: bool,
+    pub(crate) pair_mode: PairMode,
     /// Origins whose pages may call us from another origin (exact; `*` only without a token).
     pub(crate) cors_allow_origins: Vec<String>,
     /// How long a run whose client left keeps going for an observer to re-attach (0: cancelled

@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::error::{Error, Lang, Msg};
 use crate::input::{self, MAX_BODY_BYTES};
 use crate::observe::{self, Observer};
-use crate::routing;
+use crate::pairs;
 use crate::run::{self, Admitted};
 use std::sync::Arc;
 use tiny_http::{Header, Method, Request};
@@ -138,10 +138,10 @@ fn with_body(
 ) -> Result<Next, Refusal> {
     let refuse = |e: Error| Refusal::new(e, header_lang);
     match route {
-        Route::Cancel(id) => routing::check_cancel(
+        Route::Cancel(id) => pairs::check_cancel(
             app.config.pair_mode,
             &app.store,
-            header(req, routing::THREAD_HEADER),
+            header(req, pairs::THREAD_HEADER),
             &body,
         )
         .and_then(|()| run::cancel_execution(app, &id, &body))
@@ -180,8 +180,8 @@ fn admit_run(
         return Err(Refusal::new(Msg::NotAcceptable.err(), lang));
     }
     let parsed = parsed.map_err(|e| Refusal::new(e, lang))?;
-    let thread_header = header(req, routing::THREAD_HEADER);
-    routing::check_run(
+    let thread_header = header(req, pairs::THREAD_HEADER);
+    pairs::check_run(
         app.config.pair_mode,
         &app.store,
         thread_header,

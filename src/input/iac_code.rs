@@ -3,9 +3,10 @@
 
 use super::cwd::check_cwd;
 use super::json::{
-    bool_field, enum_field, kind, missing, non_empty, object, string_field, value, wrong_type, Kind,
+    bool_field, choice, kind, missing, non_empty, object, string_field, value, wrong_type, Kind,
 };
 use crate::error::{Error, Msg};
+use crate::modes::{Presentation, RunMode};
 use serde_json::value::RawValue;
 use std::path::PathBuf;
 
@@ -18,19 +19,20 @@ pub(crate) struct IacCode {
     pub(crate) cwd: String,
     pub(crate) model: Option<String>,
     pub(crate) llm_api_key: Option<String>,
-    pub(crate) thinking: Option<Thinking>,
+    pub(crate) thinking: Option<ThinkingOptions>,
     pub(crate) user_id: Option<String>,
     pub(crate) channel: Option<String>,
     pub(crate) preferred_language: Option<String>,
-    pub(crate) candidate_presentation: Option<String>,
-    pub(crate) run_mode: Option<String>,
+    pub(crate) candidate_presentation: Option<Presentation>,
+    pub(crate) run_mode: Option<RunMode>,
     pub(crate) pipeline_name: Option<String>,
     pub(crate) cleanup_only: Option<bool>,
     pub(crate) alibaba_cloud: Option<AlibabaCloud>,
 }
 
+/// `forwardedProps.iacCode.thinking`: how much the client wants the model to think.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Thinking {
+pub(crate) struct ThinkingOptions {
     pub(crate) enabled: Option<bool>,
     pub(crate) effort: Option<String>,
     pub(crate) budget: Option<u64>,
@@ -102,17 +104,17 @@ pub(super) fn parse_iac_code<'a>(
         user_id: s("userId")?,
         channel: s("channel")?,
         preferred_language: s("preferredLanguage")?,
-        candidate_presentation: enum_field(
+        candidate_presentation: choice(
             &obj,
             "candidatePresentation",
             "forwardedProps.iacCode.candidatePresentation",
-            &["standard", "rich"],
+            &Presentation::NAMES,
         )?,
-        run_mode: enum_field(
+        run_mode: choice(
             &obj,
             "runMode",
             "forwardedProps.iacCode.runMode",
-            &["normal", "pipeline"],
+            &RunMode::NAMES,
         )?,
         pipeline_name: s("pipelineName")?,
         cleanup_only: bool_field(&obj, "cleanupOnly", "forwardedProps.iacCode.cleanupOnly")?,
@@ -145,7 +147,7 @@ fn parse_alibaba_cloud<'a>(
     })
 }
 
-fn parse_thinking(raw: &RawValue) -> Result<Thinking, Error> {
+fn parse_thinking(raw: &RawValue) -> Result<ThinkingOptions, Error> {
     let path = "forwardedProps.iacCode.thinking";
     let t = object(raw, &["enabled", "effort", "budget"], path)?.strict(path)?;
     let budget = match t.get("budget") {
@@ -160,7 +162,7 @@ fn parse_thinking(raw: &RawValue) -> Result<Thinking, Error> {
             }
         },
     };
-    Ok(Thinking {
+    Ok(ThinkingOptions {
         enabled: bool_field(&t, "enabled", "forwardedProps.iacCode.thinking.enabled")?,
         effort: string_field(&t, "effort", "forwardedProps.iacCode.thinking.effort")?,
         budget,

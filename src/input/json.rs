@@ -186,18 +186,21 @@ pub(super) fn bool_field(obj: &Obj, key: &str, path: &str) -> Result<Option<bool
     }
 }
 
-pub(super) fn enum_field(
+/// A string field that must be one of `names`, read as the value its name stands for.
+pub(super) fn choice<T: Copy>(
     obj: &Obj,
     key: &str,
     path: &str,
-    allowed: &[&str],
-) -> Result<Option<String>, Error> {
-    let v = string_field(obj, key, path)?;
-    if let Some(s) = &v {
-        if !allowed.contains(&s.as_str()) {
-            let list = allowed.join(", ");
-            return Err(Msg::NotOneOf.with(&[&path, &list]));
+    names: &[(T, &str)],
+) -> Result<Option<T>, Error> {
+    let Some(s) = string_field(obj, key, path)? else {
+        return Ok(None);
+    };
+    match names.iter().find(|(_, name)| *name == s) {
+        Some((value, _)) => Ok(Some(*value)),
+        None => {
+            let list: Vec<&str> = names.iter().map(|(_, name)| *name).collect();
+            Err(Msg::NotOneOf.with(&[&path, &list.join(", ")]))
         }
     }
-    Ok(v)
 }

@@ -26,7 +26,7 @@ pub use envelope::parse_run;
 pub(crate) use envelope::MAX_BODY_BYTES;
 pub(crate) use iac_code::IacCode;
 pub(crate) use parts::UserMessage;
-pub(crate) use resume::ResumeEntry;
+pub(crate) use resume::{ResumeEntry, ResumeStatus};
 
 /// A validated run request.
 #[derive(Debug, Clone)]

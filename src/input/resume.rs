@@ -1,7 +1,7 @@
 //! The `resume` entries of a run request: the answers to pending interrupts.
 
 use super::json::{
-    each_element, enum_field, kind, missing, non_empty, object, value, wrong_type, Kind,
+    choice, each_element, kind, missing, non_empty, object, value, wrong_type, Kind,
 };
 use crate::error::{Error, Msg};
 use serde_json::value::RawValue;
@@ -10,19 +10,37 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ResumeEntry {
     pub(crate) interrupt_id: String,
-    pub(crate) cancelled: bool,
+    pub(crate) status: ResumeStatus,
     pub(crate) payload: Option<Value>,
+}
+
+/// How the client answered an interrupt (`resume[].status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResumeStatus {
+    /// Answered with a payload.
+    Resolved,
+    /// Declined: a permission is denied, a question or selection cancels the execution.
+    Cancelled,
+}
+
+impl ResumeStatus {
+    const NAMES: [(ResumeStatus, &'static str); 2] = [
+        (ResumeStatus::Resolved, "resolved"),
+        (ResumeStatus::Cancelled, "cancelled"),
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            ResumeStatus::Resolved => "resolved",
+            ResumeStatus::Cancelled => "cancelled",
+        }
+    }
 }
 
 impl ResumeEntry {
     /// The canonical form whose digest marks an applied answer: `{status, payload}`.
     pub(crate) fn canonical(&self) -> Value {
-        let status = if self.cancelled {
-            "cancelled"
-        } else {
-            "resolved"
-        };
-        let mut v = serde_json::json!({ "status": status });
+        let mut v = serde_json::json!({ "status": self.status.as_str() });
         if let Some(p) = &self.payload {
             v["payload"] = p.clone();
         }
@@ -40,11 +58,11 @@ pub(super) fn parse_resume(raw: &RawValue) -> Result<Vec<ResumeEntry>, Error> {
         let obj =
             object(item, &["interruptId", "status", "payload"], &path)?.no_duplicate(&path)?;
         let interrupt_id = non_empty(&obj, "interruptId", &format!("{path}.interruptId"))?;
-        let status = enum_field(
+        let status = choice(
             &obj,
             "status",
             &format!("{path}.status"),
-            &["resolved", "cancelled"],
+            &ResumeStatus::NAMES,
         )?
         .ok_or_else(|| missing(&format!("{path}.status")))?;
         let payload = match obj.get("payload") {
@@ -54,7 +72,7 @@ pub(super) fn parse_resume(raw: &RawValue) -> Result<Vec<ResumeEntry>, Error> {
         };
         entries.push(ResumeEntry {
             interrupt_id,
-            cancelled: status == "cancelled",
+            status,
             payload,
         });
         Ok(())

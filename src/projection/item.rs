@@ -46,15 +46,6 @@ pub(super) fn end_of(status: Option<&Status>) -> Result<Option<End>, Error> {
     })
 }
 
-/// `TASK_STATE_INPUT_REQUIRED` → `input-required`.
-pub(crate) fn normalize_state(state: &str) -> String {
-    let lower = state.to_ascii_lowercase();
-    lower
-        .strip_prefix("task_state_")
-        .unwrap_or(&lower)
-        .replace('_', "-")
-}
-
 /// The concatenated text parts of an A2A message.
 pub(super) fn message_text(message: &Value) -> String {
     message

@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 /// Runs an admitted request to its end on the calling thread, writing to `stream`.
 pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
-    let ids = run_ids(&admitted);
+    let ids = admitted_ids(&admitted);
     crate::logctx::set_execution(&ids.execution_id);
     let lang = admitted.lang;
     stream.set_tag(&ids.execution_id);
@@ -75,18 +75,46 @@ fn user_message_json(m: &UserMessage) -> Value {
     serde_json::json!({"id": m.id, "role": "user", "content": text})
 }
 
-fn run_ids(admitted: &Admitted) -> RunIds {
+fn admitted_ids(admitted: &Admitted) -> RunIds {
     let execution_id = match &admitted.mode {
-        Mode::RepairThenNewTurn { next, .. } => next.execution_id.clone(),
-        _ => admitted.active.execution_id.clone(),
+        Mode::RepairThenNewTurn { next, .. } => &next.execution_id,
+        _ => &admitted.active.execution_id,
     };
-    RunIds {
-        thread_id: admitted.input.thread_id.clone(),
-        run_id: admitted.input.run_id.clone(),
-        parent_run_id: admitted.input.parent_run_id.clone(),
+    let input = &admitted.input;
+    run_ids(
+        &admitted.doc,
         execution_id,
-        context_id: admitted.doc.context_id.clone(),
-        ros_invocation_id: admitted.input.iac.ros_invocation_id.clone(),
+        &input.run_id,
+        input.parent_run_id.as_deref(),
+        &input.iac.ros_invocation_id,
+    )
+}
+
+/// The ids of a run on `doc`'s thread (its thread and A2A context come from the document), in
+/// one execution: what a run and an observer of it project under.
+pub(crate) fn run_ids(
+    doc: &ThreadDoc,
+    execution_id: &str,
+    run_id: &str,
+    parent_run_id: Option<&str>,
+    ros_invocation_id: &str,
+) -> RunIds {
+    RunIds {
+        thread_id: doc.thread_id.clone(),
+        run_id: run_id.to_string(),
+        parent_run_id: parent_run_id.map(String::from),
+        execution_id: execution_id.to_string(),
+        context_id: doc.context_id.clone(),
+        ros_invocation_id: ros_invocation_id.to_string(),
+    }
+}
+
+/// The pipeline facts an execution persisted, for a projection that resumes it.
+pub(crate) fn durable_of(exec: &Execution) -> Durable {
+    Durable {
+        pipeline_sequence: exec.pipeline_sequence,
+        open_steps: exec.pipeline_open_steps.iter().cloned().collect(),
+        text_digests: exec.text_snapshot_digests.iter().cloned().collect(),
     }
 }
 
@@ -144,11 +172,7 @@ impl<'a> Run<'a> {
             .in_session(a.doc.iac_code_session_id.as_deref());
         if let (Mode::Resume(_), Some(exec)) = (&a.mode, &a.doc.execution) {
             if let Some(task) = &exec.task_id {
-                let durable = Durable {
-                    pipeline_sequence: exec.pipeline_sequence,
-                    open_steps: exec.pipeline_open_steps.iter().cloned().collect(),
-                    text_digests: exec.text_snapshot_digests.iter().cloned().collect(),
-                };
+                let durable = durable_of(exec);
                 proj = proj.resuming(task, a.doc.iac_code_session_id.as_deref(), durable);
             }
         }
@@ -226,12 +250,12 @@ impl<'a> Run<'a> {
             channel: iac.channel.as_deref(),
             model: iac.model.as_deref(),
             llm_api_key: iac.llm_api_key.as_deref(),
-            candidate_presentation: iac.candidate_presentation.as_deref(),
-            mode: a2a::RunMode {
-                run_mode: iac.run_mode.as_deref(),
+            candidate_presentation: iac.candidate_presentation,
+            mode: a2a::ExecutionMode {
+                run_mode: iac.run_mode,
                 pipeline_name: iac.pipeline_name.as_deref(),
             },
-            thinking: a2a::Thinking {
+            thinking: a2a::ThinkingMetadata {
                 enabled: thinking.and_then(|t| t.enabled),
                 effort: thinking.and_then(|t| t.effort.as_deref()),
                 budget: thinking.and_then(|t| t.budget),

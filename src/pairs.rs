@@ -12,6 +12,7 @@
 //!   conversation history is answered 503 `STATE_UNAVAILABLE` — its state is on another pair (down,
 //!   or the pairs changed); the client retries later. A thread with no history is new: admitted.
 
+use crate::config::PairMode;
 use crate::error::{Error, Msg};
 use crate::input::RunInput;
 use crate::store::Store;
@@ -22,14 +23,14 @@ pub(crate) const THREAD_HEADER: &str = "X-AGUI-Thread-Id";
 
 /// Both checks for `POST /`, once the body parsed: header against body, then ownership.
 pub(crate) fn check_run(
-    pair_mode: bool,
+    pair_mode: PairMode,
     store: &Store,
     header: Option<&str>,
     input: &RunInput,
     body: &[u8],
 ) -> Result<(), Error> {
     check_header(header, Some(&input.thread_id))?;
-    if !pair_mode || held_here(store, &input.thread_id) {
+    if pair_mode == PairMode::Single || held_here(store, &input.thread_id) {
         return Ok(());
     }
     if input.resume.is_some() || has_history(body) {
@@ -42,7 +43,7 @@ pub(crate) fn check_run(
 /// Both checks for the cancel extension: its body names the thread too. A body that does not
 /// parse is left to the cancel handler, which says what is wrong with it.
 pub(crate) fn check_cancel(
-    pair_mode: bool,
+    pair_mode: PairMode,
     store: &Store,
     header: Option<&str>,
     body: &[u8],
@@ -58,7 +59,7 @@ pub(crate) fn check_cancel(
         .filter(|t| !t.is_empty());
     check_header(header, thread.as_deref())?;
     match thread {
-        Some(t) if pair_mode && !held_here(store, &t) => Err(not_held()),
+        Some(t) if pair_mode == PairMode::Several && !held_here(store, &t) => Err(not_held()),
         _ => Ok(()),
     }
 }
@@ -114,15 +115,23 @@ mod tests {
     use super::*;
     use crate::error::Code;
 
-    fn input(thread: &str, resume: bool) -> RunInput {
+    fn input(thread: &str) -> RunInput {
         RunInput {
             thread_id: thread.into(),
             run_id: "r".into(),
             parent_run_id: None,
             iac: Default::default(),
             user_message: None,
-            resume: resume.then(Vec::new),
+            resume: None,
             digest: String::new(),
+        }
+    }
+
+    /// A resume (with no answers) on `thread`.
+    fn resume(thread: &str) -> RunInput {
+        RunInput {
+            resume: Some(Vec::new()),
+            ..input(thread)
         }
     }
 
@@ -136,7 +145,7 @@ mod tests {
 
     /// A store in a fresh directory of its own, removed when the guard drops.
     fn store(name: &str) -> (Dir, Store) {
-        let dir = std::env::temp_dir().join(format!("agui-routing-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("agui-pairs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = Store::new(dir.clone());
         (Dir(dir), store)
@@ -154,20 +163,27 @@ mod tests {
     fn a_thread_header_that_disagrees_with_the_body_is_invalid_input() {
         let (_d, s) = store("header");
         let e = check_run(
-            false,
+            PairMode::Single,
             &s,
             Some("other"),
-            &input("t", false),
+            &input("t"),
             &body(&["user"]),
         );
         let e = e.unwrap_err();
         assert_eq!((e.code, e.status()), (Code::InvalidInput, 400));
-        assert!(check_run(false, &s, Some("t"), &input("t", false), &body(&["user"])).is_ok());
-        assert!(check_run(false, &s, None, &input("t", false), &body(&["user"])).is_ok());
+        assert!(check_run(
+            PairMode::Single,
+            &s,
+            Some("t"),
+            &input("t"),
+            &body(&["user"])
+        )
+        .is_ok());
+        assert!(check_run(PairMode::Single, &s, None, &input("t"), &body(&["user"])).is_ok());
         let cancel = br#"{"threadId":"t","rosInvocationId":"i"}"#;
-        assert!(check_cancel(false, &s, Some("u"), cancel).is_err());
-        assert!(check_cancel(false, &s, Some("t"), cancel).is_ok());
-        assert!(check_cancel(false, &s, Some("t"), b"not json").is_ok());
+        assert!(check_cancel(PairMode::Single, &s, Some("u"), cancel).is_err());
+        assert!(check_cancel(PairMode::Single, &s, Some("t"), cancel).is_ok());
+        assert!(check_cancel(PairMode::Single, &s, Some("t"), b"not json").is_ok());
     }
 
     #[test]
@@ -178,25 +194,31 @@ mod tests {
             (e.code, e.status()) == (Code::StateUnavailable, 503)
         };
         let first = body(&["system", "user"]);
-        assert!(check_run(true, &s, None, &input("t", false), &first).is_ok());
+        assert!(check_run(PairMode::Several, &s, None, &input("t"), &first).is_ok());
         for history in [
             &["user", "assistant", "user"][..],
             &["user", "user"],
             &["tool"],
         ] {
             let b = body(history);
-            assert!(refused(check_run(true, &s, None, &input("t", false), &b)));
-            assert!(check_run(false, &s, None, &input("t", false), &b).is_ok());
+            assert!(refused(check_run(
+                PairMode::Several,
+                &s,
+                None,
+                &input("t"),
+                &b
+            )));
+            assert!(check_run(PairMode::Single, &s, None, &input("t"), &b).is_ok());
         }
         assert!(refused(check_run(
-            true,
+            PairMode::Several,
             &s,
             None,
-            &input("t", true),
+            &resume("t"),
             &body(&[])
         )));
         let cancel = br#"{"threadId":"t","rosInvocationId":"i"}"#;
-        assert!(refused(check_cancel(true, &s, None, cancel)));
+        assert!(refused(check_cancel(PairMode::Several, &s, None, cancel)));
     }
 
     #[test]
@@ -206,7 +228,7 @@ mod tests {
             let args = args.iter().map(|s| s.to_string());
             let env = |k: &str| (k == "IAC_CODE_AGUI_PAIR_MODE").then(|| env.map(String::from))?;
             match Command::parse(args, env).unwrap() {
-                Command::Run(c) => c.pair_mode,
+                Command::Run(c) => c.pair_mode == PairMode::Several,
                 _ => unreachable!(),
             }
         };
@@ -227,9 +249,9 @@ mod tests {
         s.save(&crate::store::ThreadDoc::new("t", "/w", None))
             .unwrap();
         let b = body(&["user", "assistant", "user"]);
-        assert!(check_run(true, &s, None, &input("t", false), &b).is_ok());
-        assert!(check_run(true, &s, None, &input("t", true), &b).is_ok());
+        assert!(check_run(PairMode::Several, &s, None, &input("t"), &b).is_ok());
+        assert!(check_run(PairMode::Several, &s, None, &resume("t"), &b).is_ok());
         let cancel = br#"{"threadId":"t","rosInvocationId":"i"}"#;
-        assert!(check_cancel(true, &s, None, cancel).is_ok());
+        assert!(check_cancel(PairMode::Several, &s, None, cancel).is_ok());
     }
 }
