@@ -1,7 +1,7 @@
 //! The A2A 1.0 side: the JSON-RPC client of the kernel and the typed view of what it streams.
 //!
-//! One job per file, read bottom-up: [`incoming`] the `metadata.iac_code` keys the kernel sends (a
-//! leaf), `lenient` the JSON reading the view is built on, [`frame`] and `envelope` the view of one
+//! One job per file, read bottom-up: `incoming` the `metadata.iac_code` keys the kernel sends (a
+//! leaf), `lenient` the JSON reading the view is built on, `frame` and `envelope` the view of one
 //! streamed `result` and of a pipeline envelope, `message` the outgoing message and its
 //! `metadata.iac_code`, `rpc` a JSON-RPC reply taken apart, `failure` upstream failures as the
 //! spec's three A2A codes, `reader` the stream of a streaming call, `client` the calls.
