@@ -5,10 +5,6 @@
 //! none takes more than ~30 s. Memory bounds are asserted (they are not timing); latency figures
 //! are printed here and measured in `benches/hostile.rs`.
 
-mod common;
-
-use common::raw::*;
-use common::*;
 use fake_kernel::{FakeKernel, Step};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -16,6 +12,9 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
+use test_support::procfs::*;
+use test_support::raw::*;
+use test_support::*;
 
 /// The issue-9 limit flags, small so that a case ends within seconds.
 const SMALL_LIMITS: &[(&str, &str)] = &[

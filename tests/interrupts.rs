@@ -1,13 +1,12 @@
 //! Interrupts, resume, expiry, the cancel extension, restarts and disconnects, over real HTTP
 //! against the fake kernel.
 
-mod common;
-
-use common::*;
 use fake_kernel::{permission_flow, FakeKernel, Step};
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::time::Duration;
+use test_support::*;
 
 fn setup() -> (FakeKernel, Adapter) {
     let k = FakeKernel::start();
@@ -49,7 +48,7 @@ fn a_permission_wait_ends_the_run_with_a_complete_interrupt() {
             "RUN_FINISHED"
         ]
     );
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let golden: Vec<Value> = data_lines(include_str!("data/permission-flow.run1.agui.sse"));
     let mut want = golden.last().unwrap()["outcome"]["interrupts"][0].clone();
     // Ours adds the expiry the spec asks for and writes schemaVersion as the integer 1.
@@ -133,7 +132,7 @@ fn an_interrupt_that_cannot_be_persisted_is_never_announced_and_its_task_is_canc
     drop(guard);
     assert_eq!(r.error_code(), "STATE_PERSISTENCE_FAILED");
     assert!(r.events.iter().all(|e| e["outcome"]["type"] != "interrupt"));
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     assert!(eventually(5, || !k.calls("CancelTask").is_empty()));
     let state = a.state_file("t-failclosed");
     assert_eq!(state["execution"]["pending"], json!({}));
@@ -145,7 +144,7 @@ fn a_resume_continues_the_same_task_and_streams_what_the_reference_streamed() {
     let (first, i) = interrupted(&a, "thread-tap-1");
     let r = a.run(&a.resume_request("thread-tap-1", "run-tap-2", allow(&i["id"])));
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let golden: Vec<Value> = data_lines(include_str!("data/permission-flow.run2-resume.agui.sse"));
     let types = |v: &[Value]| {
         v.iter()
@@ -477,7 +476,7 @@ fn cancelling_an_active_run_ends_its_stream_with_run_error_cancelled() {
     assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
     let r = reader.join().unwrap();
     assert_eq!(r.error_code(), "CANCELLED");
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     assert_eq!(k.calls("CancelTask").len(), 1);
     assert!(eventually(5, || a.state_file("t-live")
         ["terminalExecutionIds"]
@@ -614,7 +613,7 @@ fn concurrent_side_waits_are_announced_together_and_each_answered_once() {
     let r = a.run(&a.resume_request("t-side", "r3", both));
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
     assert_eq!(r.text(), "Both approved.");
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     // Side waits are answered as the reference answers them: a unary SendMessage each (message
     // id `agui-resume-<interruptId>`), then the task followed with GetTask + SubscribeToTask.
     let sent = k.calls("SendMessage");
@@ -653,7 +652,7 @@ fn a_pipeline_event_missed_between_a_side_answer_and_the_subscription_is_recover
     assert_eq!(i["id"], "permission-g1");
     let r = a.run(&a.resume_request("t-gap", "r2", allow(&i["id"])));
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let seqs: Vec<u64> = r
         .custom("iac-code.pipeline.v1")
         .iter()

@@ -1,13 +1,12 @@
 //! Normal (non-interrupt) runs over real HTTP against the fake kernel: routes, validation, the
 //! projection of a turn, upstream failures, heartbeats, disconnects, thread rules and the state file.
 
-mod common;
-
-use common::*;
 use fake_kernel::FakeKernel;
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::time::Duration;
+use test_support::*;
 
 fn setup() -> (FakeKernel, Adapter) {
     let k = FakeKernel::start();
@@ -74,7 +73,7 @@ fn bearer_auth_protects_runs_and_cancel_but_not_health() {
     drop(a);
     let port = free_port();
     let state = temp_dir("auth");
-    let mut child = std::process::Command::new(BIN)
+    let mut child = std::process::Command::new(adapter_bin())
         .args([
             "--port",
             &port.to_string(),
@@ -331,7 +330,7 @@ fn reasoning_tools_artifacts_and_progress_are_projected_and_balanced() {
     );
     assert_eq!(r.last()["usage"][0]["totalTokens"], 5);
     let r = a.run(&a.request("t-rich", "r2", "scenario:tools-artifact"));
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let t = r.types();
     for want in [
         "TOOL_CALL_START",
@@ -391,7 +390,7 @@ fn upstream_failures_end_the_run_with_the_spec_codes_and_closed_spans() {
         assert_eq!(r.types()[0], "RUN_STARTED");
         assert_eq!(r.error_code(), code, "{scenario}: {:?}", r.last());
         assert!(!r.last()["message"].as_str().unwrap().is_empty());
-        assert_balanced(&r.events);
+        check_spans(&r.events).unwrap();
     }
     let failed = a.run(&a.request("t-fail-x", "r1", "scenario:fail"));
     assert!(failed.last()["message"]
@@ -570,6 +569,24 @@ fn secrets_reach_the_kernel_but_never_the_state_dir_or_the_logs() {
         assert!(!disk.contains(secret), "{secret} on disk");
         assert!(!logs.contains(secret), "{secret} in logs");
     }
+}
+
+/// Every file under `dir`, concatenated.
+fn read_tree(dir: &std::path::Path) -> String {
+    let mut all = String::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                all.push_str(&read_tree(&p));
+            } else {
+                all.push_str(&String::from_utf8_lossy(
+                    &std::fs::read(&p).unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    all
 }
 
 #[test]

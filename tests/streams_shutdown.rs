@@ -3,15 +3,14 @@
 //! hung kernel behind the cancel extension, SIGTERM, SIGKILL mid-run, a cancel racing a resume and
 //! HTTP/1.0. Every wait here is bounded; intervals are small (heartbeat 0.2 s, write timeout 1 s).
 
-mod common;
-
-use common::*;
 use fake_kernel::FakeKernel;
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+use test_support::*;
 
 /// Sends `POST /` over a raw connection (`version` is `1.0` or `1.1`) and returns the socket.
 fn raw_post(url: &str, body: &Value, version: &str) -> TcpStream {
@@ -263,7 +262,7 @@ fn sigterm_ends_every_active_run_with_run_error_and_the_end_of_the_stream() {
         let r = r.join().expect("the stream ended properly");
         assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
         assert_eq!(r.last()["message"], "The adapter is shutting down.");
-        assert_balanced(&r.events);
+        check_spans(&r.events).unwrap();
     }
     for task in &tasks {
         assert_eq!(k.task_state(task).as_deref(), Some("TASK_STATE_CANCELED"));
