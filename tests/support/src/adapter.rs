@@ -1,8 +1,9 @@
 //! The adapter under test as a child process: started on a free port with its own state
 //! directory and workspace, restarted or killed on demand, killed when dropped.
 
-use crate::client::{agent, post_run, RunResult};
+use crate::client::{agent, post_json, post_run, RunResult};
 use crate::dirs::temp_dir;
+use crate::wait::eventually;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -263,8 +264,22 @@ impl Adapter {
         })
     }
 
+    /// A thread waiting on the permission interrupt of the recorded flow (the fake kernel's
+    /// `scenario:permission`): the run, and its interrupt.
+    pub fn interrupted(&self, thread: &str) -> (RunResult, Value) {
+        let r = self.run(&self.request(thread, "run-1", "scenario:permission"));
+        let interrupt = r.interrupts()[0].clone();
+        (r, interrupt)
+    }
+
     pub fn run(&self, body: &Value) -> RunResult {
         post_run(&self.url, body, &[])
+    }
+
+    /// Runs a plain turn on `thread` and checks that it ends in success.
+    pub fn assert_turn_succeeds(&self, thread: &str, run: &str) {
+        let r = self.run(&self.request(thread, run, "hi"));
+        assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
     }
 
     /// `GET /extensions/iac-code/v1/threads/{thread}?{query}`: status and JSON body.
@@ -277,6 +292,48 @@ impl Adapter {
         let status = resp.status().as_u16();
         let text = resp.into_body().read_to_string().unwrap_or_default();
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// `…/executions/{execution}/cancel`, the cancel extension's URL.
+    pub fn cancel_url(&self, execution: &str) -> String {
+        format!(
+            "{}/extensions/iac-code/v1/executions/{execution}/cancel",
+            self.url
+        )
+    }
+
+    /// Cancels `execution` of `thread` (invocation `invocation-1`): status and JSON body.
+    pub fn cancel(&self, execution: &str, thread: &str) -> (u16, Value) {
+        let body = json!({"threadId": thread, "rosInvocationId": "invocation-1"});
+        post_json(&self.cancel_url(execution), &body)
+    }
+
+    /// Waits (up to 10 s) until the thread's state file records a task id; the state then.
+    pub fn wait_task(&self, thread: &str) -> Value {
+        let path = self.state_dir.join(format!("threads/{thread}.json"));
+        assert!(
+            eventually(10, || path.exists()
+                && self.state_file(thread)["execution"]["taskId"].is_string()),
+            "no task id recorded for {thread}"
+        );
+        self.state_file(thread)
+    }
+
+    /// Starts a run on `thread` that hangs upstream (the fake kernel's `scenario:hang`; its
+    /// client keeps reading in the background); the thread's state once the task is known.
+    pub fn hanging_run(&self, thread: &str) -> Value {
+        let (url, body) = (
+            self.url.clone(),
+            self.request(thread, "r1", "scenario:hang"),
+        );
+        std::thread::spawn(move || {
+            let _ = agent()
+                .post(format!("{url}/"))
+                .header("Content-Type", "application/json")
+                .send(serde_json::to_vec(&body).unwrap())
+                .map(|r| r.into_body().read_to_string());
+        });
+        self.wait_task(thread)
     }
 
     pub fn state_file(&self, thread: &str) -> Value {

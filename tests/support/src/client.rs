@@ -84,6 +84,11 @@ impl RunResult {
     }
 }
 
+/// The resume that allows the permission interrupt `id` once.
+pub fn allow(id: &Value) -> Value {
+    json!([{"interruptId": id, "status": "resolved", "payload": {"decision": "allow_once"}}])
+}
+
 pub fn post_run(url: &str, body: &Value, headers: &[(&str, &str)]) -> RunResult {
     let mut req = agent()
         .post(format!("{url}/"))

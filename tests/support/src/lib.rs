@@ -21,7 +21,9 @@ pub mod sse;
 mod wait;
 
 pub use adapter::{adapter_bin, free_port, wait_health, Adapter, Options};
-pub use client::{agent, long_agent, open_stream, post_json, post_run, read_result, RunResult};
+pub use client::{
+    agent, allow, long_agent, open_stream, post_json, post_run, read_result, RunResult,
+};
 pub use compare::without_ids;
 pub use dirs::temp_dir;
 pub use faults::{can_inject, Fault, Immutable};

@@ -233,6 +233,11 @@ pub fn head(method: &str, path: &str, extra: &[&str]) -> Vec<u8> {
     h.into_bytes()
 }
 
+/// `v` as a request body.
+pub fn body_of(v: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap()
+}
+
 /// A `POST /` run request with `body`, as an SSE client sends it.
 pub fn run_request(body: &[u8], extra: &[&str]) -> Vec<u8> {
     let cl = format!("Content-Length: {}", body.len());
@@ -254,6 +259,23 @@ pub fn open_run(url: &str, body: &[u8]) -> TcpStream {
     let head = read_head(&mut s).unwrap().expect("closed before the head");
     assert_eq!(status_of(head.as_bytes()), Some(200), "{head}");
     s
+}
+
+/// Reads an open run until its first text event; the session event's `(executionId, taskId)`
+/// and the bytes read.
+pub fn read_session(s: &mut TcpStream) -> (String, String, Vec<u8>) {
+    let got = read_until(s, b"TEXT_MESSAGE_CONTENT", Duration::from_secs(10))
+        .unwrap_or_else(|g| panic!("no text event: {}", String::from_utf8_lossy(&g)));
+    let session = events(&got)
+        .into_iter()
+        .find(|e| e["name"] == "iac-code.session.v1")
+        .expect("session event");
+    let v = &session["value"];
+    (
+        v["executionId"].as_str().unwrap().to_string(),
+        v["taskId"].as_str().unwrap_or("").to_string(),
+        got,
+    )
 }
 
 /// Reads `s` until `needle` shows up (within `limit`); returns everything read.
