@@ -321,12 +321,7 @@ impl<'a> Run<'a> {
         } else {
             Write::Now
         };
-        #[cfg(debug_assertions)]
-        panic_if_asked(next.item.head.status.obj().and_then(|s| {
-            let text = s.message.obj()?.parts.as_str();
-            Some(text)
-        }));
-        let end = self.proj.on_view(&next.item, &mut self.out);
+        let end = project_next(&mut self.proj, next, &mut self.out);
         self.after_item(end, write)
     }
 
@@ -508,9 +503,7 @@ impl<'a> Run<'a> {
     /// Writes the projected events (replay buffer, then client); `false` once the client is gone
     /// and the run should stop (always `true` with a detach grace: the grace decides).
     fn flush(&mut self) -> bool {
-        self.feed.push_into(&self.out, &mut self.frames);
-        let ok = self.stream.send_frames(&self.frames, self.out.len());
-        self.out.clear();
+        let ok = write_events(&self.feed, &self.stream, &mut self.out, &mut self.frames);
         ok || !self.app.config.detach_grace.is_zero()
     }
 
@@ -565,6 +558,36 @@ impl<'a> Run<'a> {
             std::thread::spawn(move || cancel_once(&a2a, &active));
         })
     }
+}
+
+/// The relay's pure part, one item: projected, its events appended to `out`; `Some` is the
+/// task's end for this run. The frames bench runs this very function (`hotpath`).
+pub(crate) fn project_next(
+    proj: &mut Projection,
+    next: &a2a::Next,
+    out: &mut Events,
+) -> Result<Option<End>, Error> {
+    #[cfg(debug_assertions)]
+    panic_if_asked(next.item.head.status.obj().and_then(|s| {
+        let text = s.message.obj()?.parts.as_str();
+        Some(text)
+    }));
+    proj.on_view(&next.item, out)
+}
+
+/// The relay's pure part, its writing: the events in `out` numbered and framed by the replay
+/// buffer (into `frames`, reused), then sent to the client; `out` is left empty. `false` once the
+/// client is gone. The frames bench runs this very function (`hotpath`).
+pub(crate) fn write_events(
+    feed: &Feed,
+    stream: &SseStream,
+    out: &mut Events,
+    frames: &mut Vec<u8>,
+) -> bool {
+    feed.push_into(out, frames);
+    let ok = stream.send_frames(frames, out.len());
+    out.clear();
+    ok
 }
 
 fn shutting_down() -> Error {

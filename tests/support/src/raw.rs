@@ -1,10 +1,10 @@
 //! Raw HTTP/1.x over `std::net::TcpStream`, for clients that misbehave on purpose (the hostile
-//! suite and the request-head fuzzer), and a few `/proc` readers. Every socket has read and write
+//! suite, the stream tests and the request-head fuzzer). Every socket has read and write
 //! timeouts, so no test built on these can hang.
 
+use crate::sse::{self, Item};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Default bound on any single blocking read or write.
@@ -233,6 +233,11 @@ pub fn head(method: &str, path: &str, extra: &[&str]) -> Vec<u8> {
     h.into_bytes()
 }
 
+/// `v` as a request body.
+pub fn body_of(v: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap()
+}
+
 /// A `POST /` run request with `body`, as an SSE client sends it.
 pub fn run_request(body: &[u8], extra: &[&str]) -> Vec<u8> {
     let cl = format!("Content-Length: {}", body.len());
@@ -254,6 +259,23 @@ pub fn open_run(url: &str, body: &[u8]) -> TcpStream {
     let head = read_head(&mut s).unwrap().expect("closed before the head");
     assert_eq!(status_of(head.as_bytes()), Some(200), "{head}");
     s
+}
+
+/// Reads an open run until its first text event; the session event's `(executionId, taskId)`
+/// and the bytes read.
+pub fn read_session(s: &mut TcpStream) -> (String, String, Vec<u8>) {
+    let got = read_until(s, b"TEXT_MESSAGE_CONTENT", Duration::from_secs(10))
+        .unwrap_or_else(|g| panic!("no text event: {}", String::from_utf8_lossy(&g)));
+    let session = events(&got)
+        .into_iter()
+        .find(|e| e["name"] == "iac-code.session.v1")
+        .expect("session event");
+    let v = &session["value"];
+    (
+        v["executionId"].as_str().unwrap().to_string(),
+        v["taskId"].as_str().unwrap_or("").to_string(),
+        got,
+    )
 }
 
 /// Reads `s` until `needle` shows up (within `limit`); returns everything read.
@@ -279,13 +301,34 @@ pub fn count(hay: &[u8], needle: &[u8]) -> usize {
     hay.windows(needle.len()).filter(|w| *w == needle).count()
 }
 
-/// The `data:` events found in raw (possibly chunked) SSE bytes.
+/// The `data:` events found in raw SSE bytes, chunked or cut anywhere: a line that is not whole
+/// JSON (cut by a chunk boundary or by the end of what was read) is left out.
 pub fn events(raw: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(raw)
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|l| serde_json::from_str(l).ok())
+    let text = String::from_utf8_lossy(raw);
+    sse::read(text.as_bytes())
+        .filter_map(|item| match item.expect("reading a string") {
+            Item::Event(e) => serde_json::from_str(&e.data).ok(),
+            _ => None,
+        })
         .collect()
+}
+
+/// The body carried by a whole chunked body (through its last, empty chunk); `None` if `raw`
+/// stops before that or is not chunked.
+pub fn dechunk(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    let mut rest = raw;
+    loop {
+        let end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let line = std::str::from_utf8(&rest[..end]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        rest = &rest[end + 2..];
+        if size == 0 {
+            return rest.starts_with(b"\r\n").then_some(body);
+        }
+        body.extend_from_slice(rest.get(..size)?);
+        rest = rest.get(size..)?.strip_prefix(b"\r\n")?;
+    }
 }
 
 /// Shuts both directions; errors ignored (the peer may be gone).
@@ -293,93 +336,16 @@ pub fn close(s: &TcpStream) {
     let _ = s.shutdown(Shutdown::Both);
 }
 
-// ---- processes --------------------------------------------------------------------------------
+#[cfg(test)]
+mod tests {
+    use super::dechunk;
 
-/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, …), 0 if unreadable.
-pub fn proc_kb(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Resets `VmHWM` to the current RSS (`echo 5 > /proc/<pid>/clear_refs`); false if refused.
-pub fn reset_hwm(pid: u32) -> bool {
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
-}
-
-/// User + system CPU seconds of `pid`.
-pub fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|r| r.1)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|&i| rest.get(i)?.parse::<f64>().ok())
-        .sum();
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-}
-
-pub fn fd_count(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count() as u64)
-        .unwrap_or(0)
-}
-
-/// Runs the child with `RLIMIT_NOFILE` = `n` (soft and hard, so it cannot raise it back).
-pub fn limit_nofile(cmd: &mut Command, n: u64) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = libc::rlimit {
-                rlim_cur: n as libc::rlim_t,
-                rlim_max: n as libc::rlim_t,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+    #[test]
+    fn a_chunked_body_is_whole_only_with_its_last_chunk() {
+        let whole = b"5\r\nhello\r\n3;x=y\r\n, w\r\n0\r\n\r\n";
+        assert_eq!(dechunk(whole).as_deref(), Some(&b"hello, w"[..]));
+        assert_eq!(dechunk(&whole[..whole.len() - 2]), None);
+        assert_eq!(dechunk(b"5\r\nhel"), None);
+        assert_eq!(dechunk(b"data: x\n\n"), None);
     }
-}
-
-/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit; returns the new soft limit.
-pub fn raise_own_nofile() -> u64 {
-    // SAFETY: getrlimit/setrlimit on a local struct.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 0;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-        lim.rlim_cur
-    }
-}
-
-/// The send queue (bytes not yet acknowledged) of the loopback connection from `local_port` to
-/// `peer_port`, from `/proc/net/tcp`; `None` if there is no such connection.
-pub fn send_queue(local_port: u16, peer_port: u16) -> Option<u64> {
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
-    table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() < 5 || port(f[1])? != local_port || port(f[2])? != peer_port {
-            return None;
-        }
-        u64::from_str_radix(f[4].split(':').next()?, 16).ok()
-    })
 }
