@@ -12,12 +12,19 @@
 
 mod admit;
 mod cancel;
+mod identity;
+mod relay;
 mod repair;
 mod resume;
 mod shutdown;
 
 pub(crate) use admit::{admit, Admitted};
 pub(crate) use cancel::cancel_execution;
+use identity::admitted_ids;
+pub(crate) use identity::{durable_of, run_ids};
+#[cfg(debug_assertions)]
+use relay::panic_if_asked;
+pub(crate) use relay::{project_next, write_events};
 pub use shutdown::shutdown;
 
 use crate::a2a::{self, A2aStream, Turn};
@@ -27,7 +34,7 @@ use crate::feed::Feed;
 use crate::ids;
 use crate::input::{RunInput, UserMessage};
 use crate::interrupts;
-use crate::projection::{Durable, End, Events, Projection, RunIds};
+use crate::projection::{End, Events, Projection, RunIds};
 use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
@@ -73,49 +80,6 @@ fn user_message_json(m: &UserMessage) -> Value {
         .filter_map(|p| p.get("text").and_then(Value::as_str))
         .collect();
     serde_json::json!({"id": m.id, "role": "user", "content": text})
-}
-
-fn admitted_ids(admitted: &Admitted) -> RunIds {
-    let execution_id = match &admitted.mode {
-        Mode::RepairThenNewTurn { next, .. } => &next.execution_id,
-        _ => &admitted.active.execution_id,
-    };
-    let input = &admitted.input;
-    run_ids(
-        &admitted.doc,
-        execution_id,
-        &input.run_id,
-        input.parent_run_id.as_deref(),
-        &input.iac.ros_invocation_id,
-    )
-}
-
-/// The ids of a run on `doc`'s thread (its thread and A2A context come from the document), in
-/// one execution: what a run and an observer of it project under.
-pub(crate) fn run_ids(
-    doc: &ThreadDoc,
-    execution_id: &str,
-    run_id: &str,
-    parent_run_id: Option<&str>,
-    ros_invocation_id: &str,
-) -> RunIds {
-    RunIds {
-        thread_id: doc.thread_id.clone(),
-        run_id: run_id.to_string(),
-        parent_run_id: parent_run_id.map(String::from),
-        execution_id: execution_id.to_string(),
-        context_id: doc.context_id.clone(),
-        ros_invocation_id: ros_invocation_id.to_string(),
-    }
-}
-
-/// The pipeline facts an execution persisted, for a projection that resumes it.
-pub(crate) fn durable_of(exec: &Execution) -> Durable {
-    Durable {
-        pipeline_sequence: exec.pipeline_sequence,
-        open_steps: exec.pipeline_open_steps.iter().cloned().collect(),
-        text_digests: exec.text_snapshot_digests.iter().cloned().collect(),
-    }
 }
 
 /// The span state went with the panic: a fresh projection closes nothing and reports it.
@@ -560,49 +524,10 @@ impl<'a> Run<'a> {
     }
 }
 
-/// The relay's pure part, one item: projected, its events appended to `out`; `Some` is the
-/// task's end for this run. The frames bench runs this very function (`hotpath`).
-pub(crate) fn project_next(
-    proj: &mut Projection,
-    next: &a2a::Next,
-    out: &mut Events,
-) -> Result<Option<End>, Error> {
-    #[cfg(debug_assertions)]
-    panic_if_asked(next.item.head.status.obj().and_then(|s| {
-        let text = s.message.obj()?.parts.as_str();
-        Some(text)
-    }));
-    proj.on_view(&next.item, out)
-}
-
-/// The relay's pure part, its writing: the events in `out` numbered and framed by the replay
-/// buffer (into `frames`, reused), then sent to the client; `out` is left empty. `false` once the
-/// client is gone. The frames bench runs this very function (`hotpath`).
-pub(crate) fn write_events(
-    feed: &Feed,
-    stream: &SseStream,
-    out: &mut Events,
-    frames: &mut Vec<u8>,
-) -> bool {
-    feed.push_into(out, frames);
-    let ok = stream.send_frames(frames, out.len());
-    out.clear();
-    ok
-}
-
 fn shutting_down() -> Error {
     Msg::ShuttingDown.err()
 }
 
 fn lost() -> Error {
     Msg::ExecutionUnrecoverable.err()
-}
-
-/// Debug builds only: an agent message of exactly this text panics the run thread, so the test
-/// suite can prove a panicking run still ends with `RUN_ERROR` (tests/reliability.rs).
-#[cfg(debug_assertions)]
-fn panic_if_asked(text: Option<&str>) {
-    if text == Some("__iac_code_agui_test_panic__") {
-        panic!("test panic requested by the upstream");
-    }
 }
