@@ -62,7 +62,7 @@ impl<R: std::io::Read> A2aStream<R> {
                     return Ok(Some(Next { item, buffered }));
                 }
                 // Not a plain result (or a shape the view refuses, such as a repeated key): the
-                // `Value` reading decides, exactly as before.
+                // `Value` reading decides, so both readings accept the same frames.
                 (parse_rpc(data)?, text, buffered)
             }
         };

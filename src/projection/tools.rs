@@ -31,7 +31,7 @@ impl ToolUpdate {
         let view = match serde_json::from_str::<Field<ToolView>>(tool.get()) {
             Ok(Field::Obj(view)) => view,
             Ok(_) => return None,
-            // A shape the view refuses (a repeated key): read as before.
+            // A shape the view refuses (a repeated key): read as a `Value`, where the last key wins.
             Err(_) => return ToolUpdate::from_iac(&serde_json::from_str(tool.get()).ok()?),
         };
         match view.status.get().unwrap_or("") {
