@@ -4,15 +4,16 @@
 //! Sentences are whole: details (ids, field names, numbers, limits, texts the kernel sent) are
 //! parameters, inserted at `{0}`, `{1}`, … and never translated, so no English phrase ends up in
 //! another language's sentence. A message that needs a new detail phrase gets its own id.
-//! Adding a language: a `Lang` variant (src/error.rs) and one more column in every row here (the
+//! Adding a language: a `Lang` variant (src/lang.rs) and one more column in every row here (the
 //! `catalogue_is_complete` test checks that no cell is empty and placeholders match).
 
-use crate::error::{Code, Lang};
+use crate::code::Code;
+use crate::lang::Lang;
 
 /// A user-visible message id. Errors are built with [`Msg::err`] or [`Msg::with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Msg {
-    // HTTP surface (src/http.rs, tiny_http's own refusals).
+    // HTTP surface (src/http/, tiny_http's own refusals).
     Unauthorized,
     NoRoute,
     MethodNotAllowed,
@@ -33,7 +34,7 @@ pub enum Msg {
     HttpUnservable,
     Internal,
     Overloaded,
-    // Request bodies (src/input.rs).
+    // Request bodies (src/input/).
     NotJson,
     NotAnObject,
     Missing,
@@ -63,7 +64,7 @@ pub enum Msg {
     ImageTooLarge,
     ImagesTooLarge,
     CancelNotJson,
-    // Several pairs (src/routing.rs).
+    // Several pairs (src/pairs.rs).
     ThreadHeaderMismatch,
     NotThisPair,
     // State files (src/store.rs).
@@ -140,16 +141,6 @@ pub enum Msg {
 type Row = (Code, Option<u16>, [&'static str; Lang::ALL.len()]);
 
 impl Msg {
-    /// An error with this message and no parameters.
-    pub fn err(self) -> crate::error::Error {
-        crate::error::Error::from_msg(self, Vec::new())
-    }
-
-    /// An error with this message, `args` filling `{0}`, `{1}`, …
-    pub(crate) fn with(self, args: &[&dyn std::fmt::Display]) -> crate::error::Error {
-        crate::error::Error::from_msg(self, args.iter().map(ToString::to_string).collect())
-    }
-
     pub(crate) fn code(self) -> Code {
         self.row().0
     }
