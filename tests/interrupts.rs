@@ -185,6 +185,33 @@ fn a_resume_continues_the_same_task_and_streams_what_the_reference_streamed() {
 }
 
 #[test]
+fn a_resume_that_reuses_the_interrupted_runs_id_is_told_to_use_a_new_one_and_loses_nothing() {
+    // CopilotKit's resume keeps the interrupted run's id; the spec wants a new run id per request.
+    let (k, a) = setup();
+    let (_, i) = a.interrupted("t-reuse");
+    let reused = a.run(&a.resume_request("t-reuse", "run-1", allow(&i["id"])));
+    assert_eq!(
+        (reused.status, reused.error_code()),
+        (409, "RUN_ID_CONFLICT")
+    );
+    let message = reused.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("new runId"), "{message}");
+    assert!(
+        message.contains("contrib/frameworks/copilotkit"),
+        "{message}"
+    );
+    let calls = k.calls("SendStreamingMessage").len();
+    let fresh = a.run(&a.resume_request("t-reuse", "run-2", allow(&i["id"])));
+    assert_eq!(
+        fresh.last()["outcome"]["type"],
+        "success",
+        "{:?}",
+        fresh.last()
+    );
+    assert_eq!(k.calls("SendStreamingMessage").len(), calls + 1);
+}
+
+#[test]
 fn deny_and_cancelled_permissions_send_deny() {
     let (k, a) = setup();
     let (_, i) = a.interrupted("t-deny");

@@ -102,12 +102,21 @@ fn admit_locked(
 }
 
 /// Idempotency (the run id) and binding (workspace and caller) against the stored thread.
+/// A used run id with another request; a resume that reuses one (CopilotKit keeps the interrupted
+/// run's id) is told how to give it a new one.
+fn run_id_conflict(input: &RunInput) -> Error {
+    match input.resume {
+        Some(_) => Msg::RunIdReusedByResume.err(),
+        None => Msg::RunIdConflict.err(),
+    }
+}
+
 fn check_against(doc: &ThreadDoc, input: &RunInput) -> Result<(), Error> {
     if let Some(d) = doc.run_digests.get(&input.run_id) {
         return Err(if *d == input.digest {
             Msg::DuplicateRunId.err()
         } else {
-            Msg::RunIdConflict.err()
+            run_id_conflict(input)
         });
     }
     if doc.cwd != input.iac.cwd || doc.user_id != input.iac.user_id {
