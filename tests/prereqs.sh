@@ -69,8 +69,12 @@ check_suite() {
   if runs SKIP_CONFORMANCE || runs SKIP_BROWSER || runs SKIP_PAIRS; then
     have curl || deb curl # their scripts wait for /health with it
   fi
-  if runs SKIP_BROWSER; then
+  if runs SKIP_BROWSER || runs SKIP_FRAMEWORKS; then
     have chromium || have chromium-browser || deb chromium
+    # A CJK font, so that the screenshots of a zh page show its text rather than empty boxes.
+    [ -e /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc ] || deb fonts-wqy-zenhei
+  fi
+  if runs SKIP_BROWSER; then
     have nginx || deb nginx
   fi
   if runs SKIP_PAIRS; then
@@ -79,7 +83,7 @@ check_suite() {
   if runs SKIP_STATIC; then
     have file || deb file
   fi
-  if runs SKIP_CONFORMANCE || runs SKIP_BROWSER || runs SKIP_REAL_KERNEL || runs SKIP_PAIRS; then
+  if runs SKIP_CONFORMANCE || runs SKIP_BROWSER || runs SKIP_FRAMEWORKS || runs SKIP_REAL_KERNEL || runs SKIP_PAIRS; then
     if ! have node || ! node -e 'process.exit(parseInt(process.versions.node) < 20 ? 1 : 0)' 2>/dev/null; then
       tools+=("Node >= 20 with npm (node is $(node --version 2>/dev/null || echo missing);" \
         "Debian 12 packages 18: https://nodejs.org or NodeSource)")
@@ -122,8 +126,8 @@ fi
   fi
   for t in "${tools[@]}"; do echo "  $t"; done
   if [[ "$caller" == tests/run-all.sh ]]; then
-    echo "  A step can be skipped instead: SKIP_BROWSER=1, SKIP_PAIRS=1, SKIP_CONFORMANCE=1," \
-      "SKIP_REAL_KERNEL=1, SKIP_STATIC=1."
+    echo "  A step can be skipped instead: SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1," \
+      "SKIP_CONFORMANCE=1, SKIP_REAL_KERNEL=1, SKIP_STATIC=1."
   fi
 } >&2
 exit 1
