@@ -9,14 +9,12 @@
 //! `cargo bench --bench hostile` (harness = false) prints the report and writes it to
 //! `target/bench-hostile.md`. The functional bounds live in `tests/hostile.rs`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
-use common::raw::*;
-use common::{Adapter, Options};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
+use test_support::procfs::{proc_kb, raise_own_nofile, reset_hwm};
+use test_support::raw::{health, try_connect};
+use test_support::{agent, Adapter, Options};
 
 const HELD: usize = 1000;
 const PROBES: usize = 200;
@@ -105,7 +103,7 @@ fn big_state(a: &Adapter) -> String {
     let before = proc_kb(pid, "VmRSS");
     let reset = reset_hwm(pid);
     let base = if reset { before } else { proc_kb(pid, "VmHWM") };
-    let sent = common::agent()
+    let sent = agent()
         .post(format!("{}/", a.url))
         .header("Content-Type", "application/json")
         .header("Accept", "text/event-stream")

@@ -29,6 +29,12 @@ for arg in "$@"; do
 done
 [[ -n "${IAC_CODE_AGUI_A2A_URL:-}" || -n "${IAC_CODE_AGUI_A2A_COMMAND:-}" ]] && managed=0
 
+# What the build needs, and Python's venv for the pinned kernel: as root on Debian the missing
+# packages are installed, otherwise they are named at once (tests/prereqs.sh).
+parts=(build)
+[[ "$managed" == 1 && -z "${IAC_CODE_BIN:-}" ]] && parts+=(kernel)
+bash "$ROOT/tests/prereqs.sh" "${parts[@]}"
+
 if [[ "$managed" == 1 ]]; then
   if [[ -n "${IAC_CODE_BIN:-}" ]]; then
     [[ -x "$IAC_CODE_BIN" ]] || { say "IAC_CODE_BIN=$IAC_CODE_BIN is not an executable"; exit 1; }

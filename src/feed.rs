@@ -14,7 +14,7 @@
 mod fold;
 mod ring;
 
-use crate::projection::{DeltaSpans, Serialized};
+use crate::events::{DeltaSpans, EventType, Serialized};
 use crate::stream::cursor;
 use fold::Fold;
 use parking_lot::{Condvar, Mutex};
@@ -332,7 +332,7 @@ fn fold_event(st: &mut State, json: &[u8], spans: Option<DeltaSpans>) -> bool {
     }
     let text = std::str::from_utf8(json).unwrap_or("");
     if let Ok(view) = serde_json::from_str::<EventView>(text) {
-        if matches!(view.kind, "RUN_FINISHED" | "RUN_ERROR") {
+        if view.kind.ends_run() {
             return false;
         }
         let Some(fold) = st.fold.as_mut() else {
@@ -347,8 +347,8 @@ fn fold_event(st: &mut State, json: &[u8], spans: Option<DeltaSpans>) -> bool {
         }
     }
     let ev: Value = serde_json::from_slice(json).unwrap_or_default();
-    let kind = ev.get("type").and_then(Value::as_str).unwrap_or("");
-    if matches!(kind, "RUN_FINISHED" | "RUN_ERROR") {
+    let kind = EventType::of(&ev);
+    if kind.is_some_and(EventType::ends_run) {
         return false;
     }
     let Some(fold) = st.fold.as_mut() else {
@@ -356,19 +356,24 @@ fn fold_event(st: &mut State, json: &[u8], spans: Option<DeltaSpans>) -> bool {
     };
     fold.apply(&ev);
     st.fold_bytes += match kind {
-        "CUSTOM" | "ACTIVITY_SNAPSHOT" | "TOOL_CALL_RESULT" | "RUN_STARTED" => json.len(),
+        Some(
+            EventType::Custom
+            | EventType::ActivitySnapshot
+            | EventType::ToolCallResult
+            | EventType::RunStarted,
+        ) => json.len(),
         _ => 128,
     };
     true
 }
 
 /// The fields of an event the fold reads without a `Value` or a copy (what else it has is
-/// skipped): the delta stays a JSON literal. An id with an escape can't be borrowed, so such an
-/// event fails this view and is read whole.
+/// skipped): the delta stays a JSON literal. An id with an escape can't be borrowed, and a type
+/// this adapter does not know can't be read, so such an event fails this view and is read whole.
 #[derive(serde::Deserialize)]
 struct EventView<'a> {
     #[serde(rename = "type")]
-    kind: &'a str,
+    kind: EventType,
     #[serde(rename = "messageId", default)]
     message_id: Option<&'a str>,
     #[serde(rename = "toolCallId", default)]

@@ -1,13 +1,15 @@
 //! The relay's hot path without sockets: an upstream SSE byte stream in, the client's SSE frames
 //! out, through the same reader, JSON-RPC parsing, projection, replay buffer (numbering, ring,
-//! fold) and chunked stream writer a run uses (`run::Run::pump` and `Run::flush`), the stream
-//! writing to `io::sink()`. Only benches use it (benches/frames.rs), so the per-event cost they report is
-//! the cost of exactly this code.
+//! fold) and chunked stream writer a run uses: each step calls the functions `run::Run::relay`
+//! and `Run::flush` call (`run::project_next`, `run::write_events`), the stream writing to
+//! `io::sink()`. Only benches use it (benches/frames/main.rs), so the per-event cost they report
+//! is the cost of exactly this code.
 
 use crate::a2a::A2aStream;
 use crate::error::{Error, Lang};
 use crate::feed::{Feed, Feeds};
 use crate::projection::{End, Events, Projection, RunIds};
+use crate::run;
 use crate::stream::SseStream;
 use std::sync::Arc;
 
@@ -45,14 +47,12 @@ impl<R: std::io::Read> Relay<R> {
         let Some(next) = self.upstream.next_view()? else {
             return Ok(None);
         };
-        let end: Option<End> = self.proj.on_view(&next.item, &mut self.out)?;
+        let end: Option<End> = run::project_next(&mut self.proj, &next, &mut self.out)?;
         if let Some(end) = end {
             self.proj.finish(&end, &mut self.out);
         }
         let n = self.out.len();
-        self.feed.push_into(&self.out, &mut self.body);
-        self.stream.send_frames(&self.body, n);
-        self.out.clear();
+        run::write_events(&self.feed, &self.stream, &mut self.out, &mut self.body);
         Ok(Some(n))
     }
 

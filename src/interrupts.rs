@@ -6,6 +6,7 @@
 
 use crate::a2a::incoming;
 use crate::error::{Error, Lang, Msg};
+use crate::input::ResumeStatus;
 use serde_json::{json, Map, Value};
 
 /// Envelope fields kept in the state file (the reference's whitelist: display and correlation
@@ -296,10 +297,11 @@ pub(crate) enum Answer {
 /// Validates a resume entry against its interrupt and builds the kernel answer.
 pub(crate) fn answer(
     input: &Value,
-    cancelled: bool,
+    status: ResumeStatus,
     payload: Option<&Value>,
 ) -> Result<Answer, Error> {
     let is_permission = Kind::of(input) == Kind::Permission;
+    let cancelled = status == ResumeStatus::Cancelled;
     if cancelled && !is_permission {
         return Ok(Answer::CancelExecution);
     }
@@ -467,7 +469,7 @@ mod tests {
     fn permission_answers_are_strict_data_parts() {
         let a = answer(
             &permission(),
-            false,
+            ResumeStatus::Resolved,
             Some(&json!({"decision": "allow_once"})),
         )
         .unwrap();
@@ -477,7 +479,7 @@ mod tests {
         assert_eq!(parts[0]["data"]["decision"], "allow_once");
         assert_eq!(parts[0]["data"]["requestTaskId"], "task-1");
         assert_eq!(parts[0]["data"].as_object().unwrap().len(), 6);
-        let denied = answer(&permission(), true, None).unwrap();
+        let denied = answer(&permission(), ResumeStatus::Cancelled, None).unwrap();
         let Answer::Message { parts, .. } = denied else {
             panic!()
         };
@@ -487,26 +489,33 @@ mod tests {
             json!({}),
             json!({"decision": "deny", "x": 1}),
         ] {
-            let e = answer(&permission(), false, Some(&bad)).unwrap_err();
+            let e = answer(&permission(), ResumeStatus::Resolved, Some(&bad)).unwrap_err();
             assert_eq!(e.code, Code::ResumePayloadInvalid);
         }
         assert_eq!(
-            answer(&permission(), false, None).unwrap_err().code,
+            answer(&permission(), ResumeStatus::Resolved, None)
+                .unwrap_err()
+                .code,
             Code::ResumePayloadInvalid
         );
     }
 
     #[test]
     fn question_answers_become_text() {
-        let text = |p: Value| match answer(&question(), false, Some(&p)).unwrap() {
+        let text = |p: Value| match answer(&question(), ResumeStatus::Resolved, Some(&p)).unwrap() {
             Answer::Message { parts, .. } => parts[0]["text"].as_str().unwrap().to_string(),
             other => panic!("{other:?}"),
         };
         assert_eq!(text(json!({"selectedId": "a-2"})), "Beijing");
         assert_eq!(text(json!({"freeText": "Shanghai"})), "Shanghai");
-        assert!(answer(&question(), false, Some(&json!({"selectedId": "zz"}))).is_err());
+        assert!(answer(
+            &question(),
+            ResumeStatus::Resolved,
+            Some(&json!({"selectedId": "zz"}))
+        )
+        .is_err());
         assert_eq!(
-            answer(&question(), true, None).unwrap(),
+            answer(&question(), ResumeStatus::Cancelled, None).unwrap(),
             Answer::CancelExecution
         );
     }
@@ -516,8 +525,13 @@ mod tests {
         let mut q = question();
         q["kind"] = json!("candidate_selection");
         q["allowFreeText"] = json!(false);
-        assert!(answer(&q, false, Some(&json!({"freeText": "x"}))).is_err());
-        assert!(answer(&q, false, Some(&json!({"selectedId": "a"}))).is_ok());
+        assert!(answer(&q, ResumeStatus::Resolved, Some(&json!({"freeText": "x"}))).is_err());
+        assert!(answer(
+            &q,
+            ResumeStatus::Resolved,
+            Some(&json!({"selectedId": "a"}))
+        )
+        .is_ok());
     }
 
     #[test]
@@ -525,9 +539,12 @@ mod tests {
         let d = json!({"kind": "deployment_confirmation", "inputId": "d1", "required": true,
                        "options": [{"id": "go", "label": "Deploy", "action": "confirm"}, {"id": "no", "action": "cancel"}]});
         check_envelope(&d).unwrap();
-        let Answer::Message { parts, .. } =
-            answer(&d, false, Some(&json!({"selectedId": "go"}))).unwrap()
-        else {
+        let Answer::Message { parts, .. } = answer(
+            &d,
+            ResumeStatus::Resolved,
+            Some(&json!({"selectedId": "go"})),
+        )
+        .unwrap() else {
             panic!()
         };
         assert_eq!(parts[0]["text"], r#"{"action":"confirm"}"#);

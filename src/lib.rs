@@ -5,32 +5,36 @@
 //! A2A 1.0 JSON-RPC calls (`SendStreamingMessage`, `GetTask`, `CancelTask`) on a loopback kernel and
 //! projects the task updates back. It never runs an agent itself.
 //!
-//! The crate is plain blocking Rust: a tiny_http worker pool, one OS thread per SSE run reading
-//! the upstream with ureq, one heartbeat thread. Each module is one concern:
+//! The crate is plain blocking Rust: a tiny_http worker pool hands every request to an OS thread
+//! of its own; an admitted run goes on on that thread, reading the upstream with ureq and writing
+//! the client's stream; one heartbeat thread serves every open stream. Each module is one concern,
+//! listed here in the layer order (ARCHITECTURE.md's "Layers", enforced by `tests/tidy.rs`): a
+//! module imports only from the rows below its own layer.
 //!
 //! | module | concern |
 //! |---|---|
-//! | [`config`] | flags, environment, YAML (`--config`) |
-//! | [`http`] | routes, auth, body limits, pre-SSE errors |
-//! | [`input`] | validation of `RunAgentInput` and `forwardedProps.iacCode` |
-//! | [`app`] | what every request shares: configuration, clients, store, runs in progress |
-//! | [`run`] | admission, the life of a run, resume, crash repair, the cancel extension, shutdown |
-//! | `routing` | several pairs: the thread header, unknown threads with history refused |
-//! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
-//! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
+//! | [`http`] | the HTTP surface: dispatch, routes, guards (Host, CORS, bearer), body limits, pre-SSE errors |
+//! | [`hotpath`] | the relay's hot path without sockets, for the frames bench (hidden) |
 //! | `observe` | re-attach after a reload: the thread lookup and the observe stream |
-//! | [`feed`] | replay buffers: SSE cursors kept per execution, exact resume, join, detach grace |
-//! | [`a2a`] | the JSON-RPC client and the `metadata.iac_code` key table |
-//! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
-//! | `frame` | a typed, borrowing view of one A2A JSON-RPC frame (the hot path's parsing) |
-//! | [`stream`] | the client's SSE response and the heartbeat timer |
-//! | [`store`] | per-thread JSON state files, atomically replaced |
+//! | `pairs` | several pairs: the thread header, unknown threads with history refused |
+//! | [`run`] | admission, the life of a run, resume, crash repair, the cancel extension, shutdown |
+//! | [`app`] | what every request shares: configuration, clients, store, runs in progress |
 //! | [`kernel`] | supervision of a managed `iac-code a2a` |
+//! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
+//! | [`feed`] | replay buffers: SSE cursors kept per execution, exact resume, join, detach grace |
+//! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
+//! | [`stream`] | the client's SSE response and the heartbeat thread |
+//! | [`a2a`] | the JSON-RPC client, the typed view of a streamed frame, the `metadata.iac_code` keys |
+//! | [`store`] | per-thread JSON state files, atomically replaced |
+//! | [`input`] | validation of `RunAgentInput` and `forwardedProps.iacCode` |
+//! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
+//! | [`config`] | flags, environment, YAML (`--config`): one flag table |
 //! | `metrics` | counters and histograms for `GET /metrics` (Prometheus text) |
 //! | [`logctx`] | the run's ids as log fields (`--log-format json`) |
-//! | [`error`] | the one error type, the spec's codes, the seven languages and the one language decision |
+//! | [`error`] | the one error type (a catalogue message and its parameters) |
 //! | `messages` | the one catalogue of user-visible messages (code, status, a sentence per language) |
-//! | `ids` | ids, digests, clocks |
+//! | `code`, `lang` | the spec's error codes; the seven languages and the one language decision |
+//! | `ids`, `events`, `modes` | ids, digests, clocks; AG-UI event types and serialised events; the client's `runMode` and `candidatePresentation` |
 //!
 //! The projection can be driven without sockets:
 //!
@@ -63,8 +67,10 @@ pub mod a2a;
 pub mod app;
 pub mod config;
 pub mod error;
+pub(crate) mod events;
 pub mod feed;
-pub(crate) mod frame;
+
+pub(crate) mod code;
 #[doc(hidden)]
 pub mod hotpath;
 pub mod http;
@@ -72,12 +78,14 @@ pub(crate) mod ids;
 pub mod input;
 pub(crate) mod interrupts;
 pub mod kernel;
+pub(crate) mod lang;
 pub mod logctx;
 pub(crate) mod messages;
 pub(crate) mod metrics;
+pub(crate) mod modes;
 pub(crate) mod observe;
+pub(crate) mod pairs;
 pub mod projection;
-pub(crate) mod routing;
 pub mod run;
 pub mod sse;
 pub mod store;

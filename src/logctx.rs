@@ -1,7 +1,7 @@
 //! The ids of the run a thread is working for, as log fields (`--log-format json`).
 //!
 //! A request, and the run it admits, live on one thread from the first byte to the end of the
-//! stream (see `http.rs`), so a thread-local is the simplest sound carrier: every log line that
+//! stream (see `http::dispatch`), so a thread-local is the simplest sound carrier: every log line that
 //! thread writes gets the ids, with no change to the `log::…!` call sites. Threads that serve many
 //! runs (heartbeats, the kernel supervisor) never set it.
 

@@ -1,8 +1,10 @@
 //! `iac-code-agui`: parse the configuration, start (or reach) the A2A kernel, serve AG-UI.
+//!
+//! `main` is the list of start-up phases, one function each; the functions follow in that order.
 
 use iac_code_agui::a2a::A2aClient;
 use iac_code_agui::app::{App, Runs};
-use iac_code_agui::config::{Command, Config, LogFormat, USAGE};
+use iac_code_agui::config::{usage, Command, Config, LogFormat};
 use iac_code_agui::feed::Feeds;
 use iac_code_agui::http;
 use iac_code_agui::kernel::Kernel;
@@ -15,110 +17,38 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+fn main() {
+    let config = parse_command_line();
+    init_logging(&config);
+    install_signal_handlers();
+    raise_fd_limit();
+    let server = listen_or_exit(&config);
+    log_configuration(&config);
+    let kernel = reach_kernel(&config);
+    let app = build_app(config, &kernel);
+    serve(&app, &server);
+    wait_for_stop_or_idle(&app);
+    shut_down(&app, kernel);
 }
 
-fn main() {
-    let config = match Command::parse(std::env::args().skip(1), |k| std::env::var(k).ok()) {
+/// The configuration, or the help, the version or a usage error (exit 2) printed and the process
+/// ended.
+fn parse_command_line() -> Config {
+    match Command::parse(std::env::args().skip(1), |k| std::env::var(k).ok()) {
         Ok(Command::Run(c)) => *c,
         Ok(Command::Help) => {
-            print!("{USAGE}");
-            return;
+            print!("{}", usage());
+            std::process::exit(0);
         }
         Ok(Command::Version) => {
             println!("iac-code-agui {}", env!("CARGO_PKG_VERSION"));
-            return;
+            std::process::exit(0);
         }
         Err(msg) => {
-            eprintln!("iac-code-agui: {msg}\n\n{USAGE}");
+            eprintln!("iac-code-agui: {msg}\n\n{}", usage());
             std::process::exit(2);
         }
-    };
-    init_logging(&config);
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
-    raise_fd_limit();
-    let server = match listen(&config) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            eprintln!(
-                "iac-code-agui: cannot listen on {}:{}: {e}",
-                config.host, config.port
-            );
-            std::process::exit(1);
-        }
-    };
-    log_configuration(&config);
-    let (url, managed) = match &config.a2a_url {
-        Some(url) => (url.clone(), None),
-        None => match Kernel::start(&config) {
-            Ok(k) => (k.url(), Some(k)),
-            Err(e) => {
-                eprintln!("iac-code-agui: {e}");
-                std::process::exit(1);
-            }
-        },
-    };
-    match &managed {
-        Some(k) => {
-            log::info!(
-                "A2A kernel: managed `{}` on 127.0.0.1:{} (iac-code {}), restarted if it exits",
-                k.command(),
-                k.port(),
-                k.version().as_deref().unwrap_or("version unknown")
-            );
-            k.supervise();
-        }
-        None => log::info!("A2A kernel: external at {url}"),
-    }
-    let app = Arc::new(App {
-        a2a: A2aClient::new(
-            &url,
-            managed
-                .as_ref()
-                .map(|k| k.token().to_string())
-                .or(config.a2a_token.clone()),
-            config.a2a_idle_timeout,
-        ),
-        store: Store::new(config.state_dir.clone()),
-        heartbeats: Heartbeats::start(config.heartbeat),
-        feeds: Feeds::start(config.replay_buffer_bytes, config.detach_grace),
-        runs: Runs::default(),
-        config,
-    });
-    http::serve(&app, &server, app.config.workers);
-    let addr = server.server_addr();
-    log::info!(
-        "iac-code-agui {} listening on http://{addr}",
-        env!("CARGO_PKG_VERSION")
-    );
-    let mut idle_since = Instant::now();
-    while !STOP.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(50));
-        if app.store.active_runs() > 0 {
-            idle_since = Instant::now();
-        }
-        let idle = app.config.idle_shutdown;
-        if !idle.is_zero() && idle_since.elapsed() >= idle {
-            log::info!("idle for {idle:?}; shutting down");
-            break;
-        }
-    }
-    // Every active run ends with RUN_ERROR and a proper end of stream, its task cancelled;
-    // then the kernel stops.
-    log::info!("stopping");
-    run::shutdown(&app, SHUTDOWN_GRACE);
-    if let Some(k) = managed {
-        k.stop();
-    }
-    log::info!("stopped");
 }
 
 /// Text lines (env_logger's) or JSON lines with the run's ids as fields.
@@ -156,6 +86,65 @@ fn init_logging(config: &Config) {
         });
     }
     logger.init();
+}
+
+/// Set by SIGINT and SIGTERM; the idle loop polls it.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM ask for a graceful stop (`STOP`); a client gone mid-write is an error on
+/// the write, not a SIGPIPE.
+fn install_signal_handlers() {
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// Each SSE run holds two sockets (client and upstream); the default soft limit of 1024 open files
+/// would cap us near 500 concurrent runs, so take the hard limit.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// The bound server, or the reason on stderr and exit 1.
+fn listen_or_exit(config: &Config) -> Arc<tiny_http::Server> {
+    match listen(config) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!(
+                "iac-code-agui: cannot listen on {}:{}: {e}",
+                config.host, config.port
+            );
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Binds with a deep accept queue: a burst of clients (a console reconnecting hundreds of tabs)
+/// must wait in the queue, not in SYN retries that add seconds. The HTTP limits (head size, URL,
+/// timeouts, connection cap) are enforced by tiny_http from the configuration.
+fn listen(config: &Config) -> Result<tiny_http::Server, Box<dyn std::error::Error + Send + Sync>> {
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind((config.host.as_str(), config.port))?;
+    // SAFETY: listen(2) again on our own listening socket only changes its backlog.
+    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
+    tiny_http::Server::from_listener_with_limits(listener, None, http::limits(config))
 }
 
 /// One INFO line each for what an operator checks first: the state dir, the allowed workspace
@@ -218,33 +207,99 @@ fn missing_llm_settings(env: impl Fn(&str) -> Option<String>) -> Option<String> 
     ))
 }
 
-/// How long active runs get to end themselves on SIGTERM/SIGINT before their streams are ended
-/// for them.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// The A2A kernel the runs talk to: the external one at `--a2a-url`, or one started here and
+/// supervised (restarted if it exits).
+struct Upstream {
+    url: String,
+    managed: Option<Arc<Kernel>>,
+}
 
-/// Each SSE run holds two sockets (client and upstream); the default soft limit of 1024 open files
-/// would cap us near 500 concurrent runs, so take the hard limit.
-fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit on a local struct.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+/// Reaches the kernel (starting a managed one; exit 1 when it cannot start) and logs which.
+fn reach_kernel(config: &Config) -> Upstream {
+    let upstream = match &config.a2a_url {
+        Some(url) => Upstream {
+            url: url.clone(),
+            managed: None,
+        },
+        None => match Kernel::start(config) {
+            Ok(k) => Upstream {
+                url: k.url(),
+                managed: Some(k),
+            },
+            Err(e) => {
+                eprintln!("iac-code-agui: {e}");
+                std::process::exit(1);
+            }
+        },
+    };
+    match &upstream.managed {
+        Some(k) => {
+            log::info!(
+                "A2A kernel: managed `{}` on 127.0.0.1:{} (iac-code {}), restarted if it exits",
+                k.command(),
+                k.port(),
+                k.version().as_deref().unwrap_or("version unknown")
+            );
+            k.supervise();
+        }
+        None => log::info!("A2A kernel: external at {}", upstream.url),
+    }
+    upstream
+}
+
+/// What every request shares; a managed kernel's own token replaces `a2a-token`.
+fn build_app(config: Config, kernel: &Upstream) -> Arc<App> {
+    let token = match &kernel.managed {
+        Some(k) => Some(k.token().to_string()),
+        None => config.a2a_token.clone(),
+    };
+    Arc::new(App {
+        a2a: A2aClient::new(&kernel.url, token, config.a2a_idle_timeout),
+        store: Store::new(config.state_dir.clone()),
+        heartbeats: Heartbeats::start(config.heartbeat),
+        feeds: Feeds::start(config.replay_buffer_bytes, config.detach_grace),
+        runs: Runs::default(),
+        config,
+    })
+}
+
+/// Starts the dispatcher threads and says where the adapter listens.
+fn serve(app: &Arc<App>, server: &Arc<tiny_http::Server>) {
+    http::serve(app, server, app.config.workers);
+    log::info!(
+        "iac-code-agui {} listening on http://{}",
+        env!("CARGO_PKG_VERSION"),
+        server.server_addr()
+    );
+}
+
+/// Returns on SIGINT/SIGTERM, or once no run has been active for `--idle-shutdown` (when set).
+fn wait_for_stop_or_idle(app: &App) {
+    let mut idle_since = Instant::now();
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+        if app.store.active_runs() > 0 {
+            idle_since = Instant::now();
+        }
+        let idle = app.config.idle_shutdown;
+        if !idle.is_zero() && idle_since.elapsed() >= idle {
+            log::info!("idle for {idle:?}; shutting down");
+            return;
         }
     }
 }
 
-/// Binds with a deep accept queue: a burst of clients (a console reconnecting hundreds of tabs)
-/// must wait in the queue, not in SYN retries that add seconds. The HTTP limits (head size, URL,
-/// timeouts, connection cap) are enforced by tiny_http from the configuration.
-fn listen(config: &Config) -> Result<tiny_http::Server, Box<dyn std::error::Error + Send + Sync>> {
-    use std::os::fd::AsRawFd;
-    let listener = std::net::TcpListener::bind((config.host.as_str(), config.port))?;
-    // SAFETY: listen(2) again on our own listening socket only changes its backlog.
-    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
-    tiny_http::Server::from_listener_with_limits(listener, None, http::limits(config))
+/// How long active runs get to end themselves on SIGTERM/SIGINT before their streams are ended
+/// for them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Every active run ends with RUN_ERROR and a proper end of stream, its task cancelled; then the
+/// kernel stops.
+fn shut_down(app: &Arc<App>, kernel: Upstream) {
+    log::info!("stopping");
+    run::shutdown(app, SHUTDOWN_GRACE);
+    if let Some(k) = kernel.managed {
+        k.stop();
+    }
+    log::info!("stopped");
 }

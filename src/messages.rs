@@ -4,15 +4,16 @@
 //! Sentences are whole: details (ids, field names, numbers, limits, texts the kernel sent) are
 //! parameters, inserted at `{0}`, `{1}`, … and never translated, so no English phrase ends up in
 //! another language's sentence. A message that needs a new detail phrase gets its own id.
-//! Adding a language: a `Lang` variant (src/error.rs) and one more column in every row here (the
+//! Adding a language: a `Lang` variant (src/lang.rs) and one more column in every row here (the
 //! `catalogue_is_complete` test checks that no cell is empty and placeholders match).
 
-use crate::error::{Code, Lang};
+use crate::code::Code;
+use crate::lang::Lang;
 
 /// A user-visible message id. Errors are built with [`Msg::err`] or [`Msg::with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Msg {
-    // HTTP surface (src/http.rs, tiny_http's own refusals).
+    // HTTP surface (src/http/, tiny_http's own refusals).
     Unauthorized,
     NoRoute,
     MethodNotAllowed,
@@ -33,7 +34,7 @@ pub enum Msg {
     HttpUnservable,
     Internal,
     Overloaded,
-    // Request bodies (src/input.rs).
+    // Request bodies (src/input/).
     NotJson,
     NotAnObject,
     Missing,
@@ -63,7 +64,7 @@ pub enum Msg {
     ImageTooLarge,
     ImagesTooLarge,
     CancelNotJson,
-    // Several pairs (src/routing.rs).
+    // Several pairs (src/pairs.rs).
     ThreadHeaderMismatch,
     NotThisPair,
     // State files (src/store.rs).
@@ -83,6 +84,8 @@ pub enum Msg {
     ThreadDetached,
     DuplicateRunId,
     RunIdConflict,
+    /// A resume reusing a run id (CopilotKit keeps the interrupted run's id).
+    RunIdReusedByResume,
     ThreadBound,
     ResumeRequired,
     NewRunNeedsUserMessage,
@@ -140,16 +143,6 @@ pub enum Msg {
 type Row = (Code, Option<u16>, [&'static str; Lang::ALL.len()]);
 
 impl Msg {
-    /// An error with this message and no parameters.
-    pub fn err(self) -> crate::error::Error {
-        crate::error::Error::from_msg(self, Vec::new())
-    }
-
-    /// An error with this message, `args` filling `{0}`, `{1}`, …
-    pub(crate) fn with(self, args: &[&dyn std::fmt::Display]) -> crate::error::Error {
-        crate::error::Error::from_msg(self, args.iter().map(ToString::to_string).collect())
-    }
-
     pub(crate) fn code(self) -> Code {
         self.row().0
     }
@@ -498,13 +491,13 @@ impl Msg {
                 "`runId` deve ter no máximo {0} bytes.",
             ]),
             Msg::ToolsNotEmpty => (InvalidInput, None, [
-                "`tools` must be an empty array: client-defined tools are not supported.",
-                "`tools` 必须是空数组：暂不支持客户端自定义工具。",
-                "`tools` debe ser un array vacío: no se admiten herramientas definidas por el cliente.",
-                "`tools` doit être un tableau vide : les outils définis par le client ne sont pas pris en charge.",
-                "`tools` muss ein leeres Array sein: Vom Client definierte Tools werden nicht unterstützt.",
-                "`tools` は空の配列である必要があります。クライアント定義のツールには対応していません。",
-                "`tools` deve ser um array vazio: ferramentas definidas pelo cliente não são suportadas.",
+                "`tools` must be an empty array: client-defined tools are not supported (CopilotKit: useFrontendTool, useHumanInTheLoop or useCopilotAction with a handler adds one; register none for this agent).",
+                "`tools` 必须是空数组：暂不支持客户端自定义工具（CopilotKit：useFrontendTool、useHumanInTheLoop 或带 handler 的 useCopilotAction 会添加工具；请勿为此 agent 注册）。",
+                "`tools` debe ser un array vacío: no se admiten herramientas definidas por el cliente (CopilotKit: useFrontendTool, useHumanInTheLoop o useCopilotAction con un handler añaden una; no registre ninguna para este agente).",
+                "`tools` doit être un tableau vide : les outils définis par le client ne sont pas pris en charge (CopilotKit : useFrontendTool, useHumanInTheLoop ou useCopilotAction avec un handler en ajoutent un ; n'en enregistrez aucun pour cet agent).",
+                "`tools` muss ein leeres Array sein: Vom Client definierte Tools werden nicht unterstützt (CopilotKit: useFrontendTool, useHumanInTheLoop oder useCopilotAction mit einem Handler fügen eines hinzu; registrieren Sie für diesen Agenten keines).",
+                "`tools` は空の配列である必要があります。クライアント定義のツールには対応していません（CopilotKit: useFrontendTool、useHumanInTheLoop、handler 付きの useCopilotAction はツールを追加します。このエージェントには登録しないでください）。",
+                "`tools` deve ser um array vazio: ferramentas definidas pelo cliente não são suportadas (CopilotKit: useFrontendTool, useHumanInTheLoop ou useCopilotAction com um handler adicionam uma; não registre nenhuma para este agente).",
             ]),
             Msg::NoUserMessage => (InvalidInput, None, [
                 "`messages` must contain a user message (or the request must carry `resume`).",
@@ -757,6 +750,15 @@ impl Msg {
                 "Die AG-UI-Run-ID wurde bereits von einer anderen Anfrage verwendet.",
                 "この AG-UI run ID は別のリクエストで使用済みです。",
                 "O id de execução AG-UI já foi usado por outra requisição.",
+            ]),
+            Msg::RunIdReusedByResume => (RunIdConflict, None, [
+                "The AG-UI run id has already been used by a different request: a resume is a new run and needs a new runId. With CopilotKit, use the runtime agent from contrib/frameworks/copilotkit (IacCodeAgent), which gives each resume a new runId.",
+                "该 AG-UI run ID 已被另一个请求使用：resume 是一个新的 run，需要新的 runId。使用 CopilotKit 时，请在运行时中使用 contrib/frameworks/copilotkit 的 agent（IacCodeAgent），它会为每次 resume 生成新的 runId。",
+                "El id de ejecución de AG-UI ya lo usó otra solicitud: una reanudación es una ejecución nueva y necesita un runId nuevo. Con CopilotKit, use el agente de runtime de contrib/frameworks/copilotkit (IacCodeAgent), que da a cada reanudación un runId nuevo.",
+                "L'identifiant d'exécution AG-UI a déjà servi pour une autre requête : une reprise est une nouvelle exécution et demande un nouveau runId. Avec CopilotKit, utilisez l'agent de runtime de contrib/frameworks/copilotkit (IacCodeAgent), qui donne un nouveau runId à chaque reprise.",
+                "Die AG-UI-Run-ID wurde bereits von einer anderen Anfrage verwendet: Eine Fortsetzung ist ein neuer Run und braucht eine neue runId. Verwenden Sie mit CopilotKit den Runtime-Agenten aus contrib/frameworks/copilotkit (IacCodeAgent), der jeder Fortsetzung eine neue runId gibt.",
+                "この AG-UI run ID は別のリクエストで使用済みです。resume は新しい run なので新しい runId が必要です。CopilotKit では contrib/frameworks/copilotkit のランタイム agent（IacCodeAgent）を使ってください。resume ごとに新しい runId を付けます。",
+                "O id de execução AG-UI já foi usado por outra requisição: uma retomada é uma nova execução e precisa de um novo runId. Com o CopilotKit, use o agente de runtime de contrib/frameworks/copilotkit (IacCodeAgent), que dá a cada retomada um novo runId.",
             ]),
             Msg::ThreadBound => (ThreadBindingConflict, None, [
                 "The thread is bound to another workspace or caller (cwd/userId).",
@@ -1254,6 +1256,7 @@ pub(crate) const ALL: &[Msg] = &[
     Msg::ThreadDetached,
     Msg::DuplicateRunId,
     Msg::RunIdConflict,
+    Msg::RunIdReusedByResume,
     Msg::ThreadBound,
     Msg::ResumeRequired,
     Msg::NewRunNeedsUserMessage,

@@ -6,7 +6,6 @@
 //! change once per run or refusal, never per event.
 
 use crate::error::Code;
-use crate::projection::End;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -97,13 +96,21 @@ pub(crate) static STATE_WRITE_LATENCY: Histogram = Histogram::new(WRITE_BUCKETS)
 /// Where the open connection count comes from (the HTTP server, once it runs).
 static CONNECTIONS: OnceLock<Box<dyn Fn() -> usize + Send + Sync>> = OnceLock::new();
 
-/// A run ended with `finish` (its `RUN_FINISHED` or `RUN_ERROR` is about to be sent).
-pub(crate) fn run_ended(finish: &End) {
-    match finish {
-        End::Success => RUNS_SUCCESS.fetch_add(1, Relaxed),
-        End::Interrupt(_) => RUNS_INTERRUPT.fetch_add(1, Relaxed),
-        End::Failed(e) => {
-            RUN_ERRORS.add(e.code.as_str(), 0);
+/// How a run ended, as the metrics count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Success,
+    Interrupt,
+    Error(Code),
+}
+
+/// A run ended (its `RUN_FINISHED` or `RUN_ERROR` is about to be sent).
+pub(crate) fn run_ended(outcome: Outcome) {
+    match outcome {
+        Outcome::Success => RUNS_SUCCESS.fetch_add(1, Relaxed),
+        Outcome::Interrupt => RUNS_INTERRUPT.fetch_add(1, Relaxed),
+        Outcome::Error(code) => {
+            RUN_ERRORS.add(code.as_str(), 0);
             RUNS_ERROR.fetch_add(1, Relaxed)
         }
     };
@@ -247,7 +254,7 @@ mod tests {
 
     #[test]
     fn the_exposition_has_every_family_with_help_and_type() {
-        run_ended(&End::Failed(crate::error::Msg::Cancelled.err()));
+        run_ended(Outcome::Error(Code::Cancelled));
         rejected(401, Code::InvalidInput);
         let text = render(3);
         for family in [

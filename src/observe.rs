@@ -15,13 +15,15 @@
 //! thread has one). Anything else, and an unknown thread, is the same 404, so a guessed thread id
 //! reveals nothing. The bearer token (when configured) is checked first, as for `POST /`.
 
+use crate::a2a::frame::TaskState;
 use crate::app::App;
 use crate::error::{Error, Lang, Msg};
 use crate::feed::{Feed, Next, Start};
 use crate::ids;
 use crate::interrupts;
-use crate::projection::{normalize_state, Durable, End, Projection, RunIds};
-use crate::store::{ActiveRun, ThreadDoc};
+use crate::projection::{Durable, End, Projection, RunIds};
+use crate::run::{durable_of, run_ids};
+use crate::store::{ActiveRun, Execution, ThreadDoc};
 use crate::stream::SseStream;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -68,34 +70,6 @@ fn identity_changed() -> Error {
     Msg::ObservedIdentityMismatch.err()
 }
 
-/// One `key=value` of a query string, percent-decoded; `None` when absent or empty.
-pub(crate) fn query_param(query: &str, key: &str) -> Option<String> {
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-        .find(|(k, _)| percent_decode(k).as_deref() == Some(key))
-        .and_then(|(_, v)| percent_decode(&v.replace('+', " ")))
-        .filter(|v| !v.is_empty())
-}
-
-/// `%XX` decoding of a URL component; `None` when it is not valid UTF-8 or a `%` is malformed.
-pub(crate) fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 /// The pending interrupts of the current execution, rebuilt from what was persisted before they
 /// were announced: same ids, schemas, metadata and `expiresAt`.
 fn pending_interrupts(doc: &ThreadDoc, lang: Lang) -> Vec<Value> {
@@ -109,15 +83,15 @@ fn pending_interrupts(doc: &ThreadDoc, lang: Lang) -> Vec<Value> {
     })
 }
 
-/// `GET /extensions/iac-code/v1/threads/{threadId}?rosInvocationId=…|userId=…`.
+/// `GET /extensions/iac-code/v1/threads/{threadId}?rosInvocationId=…|userId=…`, its query's
+/// identities already decoded (`None` when absent or empty).
 pub(crate) fn thread_status(
     app: &App,
     thread_id: &str,
-    query: &str,
+    ros: Option<String>,
+    user: Option<String>,
     lang: Lang,
 ) -> Result<Value, Error> {
-    let ros = query_param(query, "rosInvocationId");
-    let user = query_param(query, "userId");
     if ros.is_none() && user.is_none() {
         return Err(Msg::LookupNeedsIdentity.err());
     }
@@ -186,6 +160,13 @@ fn required(body: &Value, key: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// The identity a subscribe request presents: its body's three keys.
+struct Subscribe {
+    thread_id: String,
+    run_id: String,
+    ros_invocation_id: String,
+}
+
 /// Checks a subscribe request against the thread (the reference's rules) before any byte of
 /// the stream: 400 for a bad body, 404 without a current execution with a task, 409 when the
 /// execution, `rosInvocationId` or `runId` is not the thread's current one.
@@ -196,56 +177,78 @@ pub(crate) fn admit_observer(
     last_event_id: Option<&str>,
     lang: Lang,
 ) -> Result<Observer, Error> {
+    let sub = subscribe_body(body)?;
+    let (snap, exec) = current_execution(app, execution_id, &sub)?;
+    let ids = run_ids(
+        &snap.doc,
+        &exec.execution_id,
+        &sub.run_id,
+        None,
+        &sub.ros_invocation_id,
+    );
+    let mut watching = None;
+    if let Some(feed) = app.feeds.get(execution_id) {
+        // Exactly what this process sent: no kernel call, the same ids and text.
+        match feed.attach(last_event_id) {
+            Start::Kernel => watching = Some(Watching(feed)),
+            start => return Ok(Observer::local(feed, start, ids, lang)),
+        }
+    }
+    kernel_observer(snap, exec, ids, lang, watching)
+}
+
+/// The subscribe body: exactly the reference's keys, the three identities non-empty strings.
+fn subscribe_body(body: &[u8]) -> Result<Subscribe, Error> {
     let bad = || Msg::ObserveIdentityInvalid.err();
     let v: Value = serde_json::from_slice(body).map_err(|_| bad())?;
     let obj = v.as_object().ok_or_else(bad)?;
     if obj.keys().any(|k| !SUBSCRIBE_FIELDS.contains(&k.as_str())) {
         return Err(bad());
     }
-    let (thread_id, run_id, ros) = match (
+    match (
         required(&v, "threadId"),
         required(&v, "runId"),
         required(&v, "rosInvocationId"),
     ) {
-        (Some(t), Some(r), Some(i)) => (t, r, i),
-        _ => return Err(bad()),
-    };
-    let Snapshot { doc, active } = look(app, &thread_id)?.ok_or_else(not_found)?;
-    let exec = doc.execution.clone().ok_or_else(not_found)?;
+        (Some(thread_id), Some(run_id), Some(ros_invocation_id)) => Ok(Subscribe {
+            thread_id,
+            run_id,
+            ros_invocation_id,
+        }),
+        _ => Err(bad()),
+    }
+}
+
+/// The thread as it is now and its current execution, which must be the one the request names,
+/// from the same invocation, with the request's run admitted on the thread.
+fn current_execution(
+    app: &App,
+    execution_id: &str,
+    sub: &Subscribe,
+) -> Result<(Snapshot, Execution), Error> {
+    let snap = look(app, &sub.thread_id)?.ok_or_else(not_found)?;
+    let exec = snap.doc.execution.clone().ok_or_else(not_found)?;
     if exec.execution_id != execution_id
-        || exec.ros_invocation_id != ros
-        || doc.run_digests.get(&run_id).is_none()
+        || exec.ros_invocation_id != sub.ros_invocation_id
+        || snap.doc.run_digests.get(&sub.run_id).is_none()
     {
         return Err(identity_changed());
     }
-    let ids = RunIds {
-        thread_id: thread_id.clone(),
-        run_id: run_id.clone(),
-        parent_run_id: None,
-        execution_id: exec.execution_id.clone(),
-        context_id: doc.context_id.clone(),
-        ros_invocation_id: ros.clone(),
-    };
-    let mut watching = None;
-    if let Some(feed) = app.feeds.get(execution_id) {
-        // Exactly what this process sent: no kernel call, the same ids and text.
-        match feed.attach(last_event_id) {
-            Start::Kernel => watching = Some(Watching(feed)),
-            start => {
-                return Ok(Observer {
-                    local: Some((feed, start)),
-                    ids,
-                    lang,
-                    task_id: String::new(),
-                    session_id: None,
-                    durable: Durable::default(),
-                    waiting: None,
-                    _watching: None,
-                })
-            }
-        }
-    }
-    let live = active.filter(|a| a.execution_id == execution_id);
+    Ok((snap, exec))
+}
+
+/// An observer of the kernel's task: the execution waits for input (its interrupts are
+/// announced again), or runs (in this process, or left running by a killed adapter) and is
+/// followed there. `watching` holds a local run's feed watched while the kernel answers for it.
+fn kernel_observer(
+    snap: Snapshot,
+    exec: Execution,
+    ids: RunIds,
+    lang: Lang,
+    watching: Option<Watching>,
+) -> Result<Observer, Error> {
+    let Snapshot { doc, active } = snap;
+    let live = active.filter(|a| a.execution_id == exec.execution_id);
     let waiting =
         (live.is_none() && !exec.pending.is_empty()).then(|| pending_interrupts(&doc, lang));
     // A run a killed adapter left streaming: the kernel's task runs on without a client (the
@@ -259,17 +262,19 @@ pub(crate) fn admit_observer(
         // Ended (or never started upstream): nothing to observe, as in the reference.
         _ => return Err(not_found()),
     };
+    // Nothing is trimmed as sent by an earlier run: this client's text so far is the catch-up,
+    // taken from the kernel's task itself.
+    let durable = Durable {
+        text_digests: Default::default(),
+        ..durable_of(&exec)
+    };
     Ok(Observer {
         local: None,
         ids,
         lang,
         task_id,
         session_id: doc.iac_code_session_id.clone(),
-        durable: Durable {
-            pipeline_sequence: exec.pipeline_sequence,
-            open_steps: exec.pipeline_open_steps.iter().cloned().collect(),
-            text_digests: Default::default(),
-        },
+        durable,
         waiting,
         _watching: watching,
     })
@@ -290,6 +295,20 @@ fn wait_for_task(active: &ActiveRun) -> Option<String> {
 }
 
 impl Observer {
+    /// An observer of a run this process streams: its replay buffer answers, from `start`.
+    fn local(feed: Arc<Feed>, start: Start, ids: RunIds, lang: Lang) -> Observer {
+        Observer {
+            local: Some((feed, start)),
+            ids,
+            lang,
+            task_id: String::new(),
+            session_id: None,
+            durable: Durable::default(),
+            waiting: None,
+            _watching: None,
+        }
+    }
+
     /// Which answer this is (`X-AGUI-Resume`): `exact` (the events after the client's cursor)
     /// or `join` (a run of its own: the turn so far, then the live tail).
     pub(crate) fn resume_kind(&self) -> &'static str {
@@ -475,13 +494,16 @@ fn settled(app: &App, obs: &Observer) -> End {
         .task_state(&obs.task_id)
         .ok()
         .flatten()
-        .map(|s| normalize_state(&s))
-        .unwrap_or_default();
-    match state.as_str() {
-        "completed" | "input-required" => End::Success,
-        "canceled" | "cancelled" => End::Failed(Msg::Cancelled.err()),
-        "failed" | "rejected" | "auth-required" => End::Failed(Msg::ObservedFailed.err()),
-        _ => End::Failed(Msg::ObservedLost.err()),
+        .map_or(TaskState::Other, |s| TaskState::parse(&s));
+    match state {
+        TaskState::Completed | TaskState::InputRequired => End::Success,
+        TaskState::Canceled => End::Failed(Msg::Cancelled.err()),
+        TaskState::Failed | TaskState::Rejected | TaskState::AuthRequired => {
+            End::Failed(Msg::ObservedFailed.err())
+        }
+        TaskState::Submitted | TaskState::Working | TaskState::Other => {
+            End::Failed(Msg::ObservedLost.err())
+        }
     }
 }
 
@@ -529,21 +551,6 @@ pub(crate) fn catch_up(task: &Value) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn query_parameters_are_percent_decoded() {
-        let q = "userId=alice%40example.com&rosInvocationId=inv+1&empty=";
-        assert_eq!(
-            query_param(q, "userId").as_deref(),
-            Some("alice@example.com")
-        );
-        assert_eq!(query_param(q, "rosInvocationId").as_deref(), Some("inv 1"));
-        assert_eq!(query_param(q, "empty"), None);
-        assert_eq!(query_param(q, "missing"), None);
-        assert_eq!(percent_decode("%E4%BD%A0").as_deref(), Some("你"));
-        assert_eq!(percent_decode("%zz"), None);
-        assert_eq!(percent_decode("%4"), None);
-    }
 
     #[test]
     fn the_catch_up_joins_the_parts_of_each_streamed_message() {

@@ -1,21 +1,16 @@
 //! The command line and the managed kernel: usage errors, loopback-only upstreams, starting,
 //! supervising and stopping `iac-code a2a` (here: the fake kernel binary in its place).
 
-mod common;
-
-use common::*;
 use fake_kernel::FakeKernel;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use test_support::*;
 
 fn fake_kernel_bin() -> PathBuf {
-    let p = std::path::Path::new(BIN)
-        .parent()
-        .unwrap()
-        .join("examples/fake-kernel");
+    let p = adapter_bin().parent().unwrap().join("examples/fake-kernel");
     assert!(
         p.exists(),
         "build the fake kernel first: cargo build --examples ({})",
@@ -25,7 +20,7 @@ fn fake_kernel_bin() -> PathBuf {
 }
 
 fn output(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
+    let out = Command::new(adapter_bin()).args(args).output().unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
@@ -71,7 +66,7 @@ fn a_non_loopback_a2a_url_is_refused_at_start_up() {
 fn with_kernel_command(name: &str, command: &str) -> (Option<i32>, String) {
     let state = temp_dir(name);
     let port = free_port().to_string();
-    let out = Command::new(BIN)
+    let out = Command::new(adapter_bin())
         .args([
             "--port",
             &port,
@@ -138,7 +133,7 @@ fn start_managed_with(
     let config_dir = root.join("config");
     let log = root.join("log");
     let port = free_port();
-    let child = Command::new(BIN)
+    let child = Command::new(adapter_bin())
         .args([
             "--port",
             &port.to_string(),
@@ -284,20 +279,6 @@ fn start_up_logs_the_listen_address_kernel_roots_and_state_dir() {
         !logs.contains("no LLM configuration"),
         "only for a managed kernel"
     );
-}
-
-#[test]
-fn a_cwd_outside_the_roots_is_refused_naming_the_variable_and_the_roots() {
-    let k = FakeKernel::start();
-    let a = Adapter::start(&k.url);
-    let mut body = a.request("t-cwd", "r1", "hi");
-    body["forwardedProps"]["iacCode"]["cwd"] = "/".into();
-    let r = a.run(&body);
-    let message = r.json["error"]["message"].as_str().unwrap_or("");
-    assert_eq!(r.status, 400);
-    assert!(message.contains("IAC_CODE_AGUI_ALLOWED_CWDS"), "{message}");
-    let root = a.workspace.parent().unwrap().display().to_string();
-    assert!(message.contains(&root), "{message}");
 }
 
 #[test]

@@ -2,9 +2,6 @@
 //! projection never panic on any input, and the projection closes every span it opens whatever
 //! the upstream sends. `FUZZ_ITERS` raises the iteration count (default 20,000 per target).
 
-mod common;
-
-use common::Rng;
 use iac_code_agui::error::Lang;
 use iac_code_agui::input::parse_run;
 use iac_code_agui::projection::{End, Projection, RunIds};
@@ -12,6 +9,7 @@ use iac_code_agui::sse::Parser;
 use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
 use std::path::PathBuf;
+use test_support::Rng;
 
 fn iters() -> usize {
     std::env::var("FUZZ_ITERS")
@@ -24,8 +22,8 @@ fn random_value(rng: &mut Rng, depth: usize) -> Value {
     match rng.below(if depth > 3 { 5 } else { 8 }) {
         0 => Value::Null,
         1 => json!(rng.below(2) == 0),
-        2 => json!(rng.next() as i64),
-        3 => json!((rng.next() % 1000) as f64 / 7.0),
+        2 => json!(rng.next_u64() as i64),
+        3 => json!((rng.next_u64() % 1000) as f64 / 7.0),
         4 => {
             let pool = [
                 "",
@@ -131,7 +129,7 @@ fn the_request_parser_never_panics() {
         let mut bytes = serde_json::to_vec(&v).unwrap();
         if !bytes.is_empty() {
             let i = rng.below(bytes.len());
-            bytes[i] = rng.next() as u8;
+            bytes[i] = rng.next_u64() as u8;
             bytes.truncate(bytes.len() - rng.below(bytes.len()));
         }
         let _ = parse_run(&bytes, &roots, None);
@@ -168,10 +166,9 @@ fn the_sse_parser_never_panics_and_chunking_never_changes_the_events() {
 #[test]
 fn the_projection_never_panics_and_always_closes_its_spans() {
     let mut rng = Rng(0xc0ffee);
-    let seeds: Vec<Value> = include_str!("data/normal-turn.a2a.sse")
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["result"].clone())
+    let seeds: Vec<Value> = test_support::data_lines(include_str!("data/normal-turn.a2a.sse"))
+        .into_iter()
+        .map(|v| v["result"].clone())
         .chain([
             json!({"statusUpdate": {"taskId": "88b24f14-1984-4a52-9ab9-b44c1ac2ba2d", "status": {"state": "TASK_STATE_WORKING"},
                 "metadata": {"iac_code": {"tool": {"toolUseId": "c", "name": "n", "status": "started"},
@@ -388,7 +385,7 @@ fn random_head(rng: &mut Rng) -> Vec<u8> {
         for _ in 0..1 + rng.below(3) {
             let i = rng.below(bytes.len());
             match rng.below(3) {
-                0 => bytes[i] = rng.next() as u8,
+                0 => bytes[i] = rng.next_u64() as u8,
                 1 => bytes.insert(i, b"\r\n:\0 "[rng.below(5)]),
                 _ => bytes.truncate(i.max(1)),
             }
@@ -402,10 +399,10 @@ fn random_head(rng: &mut Rng) -> Vec<u8> {
 /// default), at most 25 s; each is half-closed after its bytes so the server sees the end at once.
 #[test]
 fn the_request_head_never_kills_or_hangs_the_server() {
-    use common::raw::{closes_within, health, status_of, try_connect};
     use std::io::Write;
     use std::time::{Duration, Instant};
-    let dead_kernel = format!("http://127.0.0.1:{}", common::free_port());
+    use test_support::raw::{closes_within, health, status_of, try_connect};
+    let dead_kernel = format!("http://127.0.0.1:{}", test_support::free_port());
     let limits = [
         "--header-timeout",
         "1",
@@ -418,9 +415,9 @@ fn the_request_head_never_kills_or_hangs_the_server() {
         "--max-connections",
         "64",
     ];
-    let mut a = common::Adapter::start_with(
+    let mut a = test_support::Adapter::start_with(
         &dead_kernel,
-        common::Options {
+        test_support::Options {
             args: limits.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
         },

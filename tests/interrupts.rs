@@ -1,13 +1,14 @@
-//! Interrupts, resume, expiry, the cancel extension, restarts and disconnects, over real HTTP
-//! against the fake kernel.
+//! Interrupts announced and answered, over real HTTP against the fake kernel: the interrupt a
+//! wait ends a run with, the resume that continues the same task, answers refused, repeated or
+//! expired, side waits, and a disconnect while waiting. Resuming after a restart or a kernel that
+//! failed or changed is in `interrupt_recovery.rs`; cancelling a waiting execution in `cancel.rs`.
 
-mod common;
-
-use common::*;
-use fake_kernel::{permission_flow, FakeKernel, Step};
+use fake_kernel::FakeKernel;
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::time::Duration;
+use test_support::*;
 
 fn setup() -> (FakeKernel, Adapter) {
     let k = FakeKernel::start();
@@ -15,29 +16,10 @@ fn setup() -> (FakeKernel, Adapter) {
     (k, a)
 }
 
-fn allow(id: &Value) -> Value {
-    json!([{"interruptId": id, "status": "resolved", "payload": {"decision": "allow_once"}}])
-}
-
-/// A thread waiting on the permission interrupt of the recorded flow.
-fn interrupted(a: &Adapter, thread: &str) -> (RunResult, Value) {
-    let r = a.run(&a.request(thread, "run-1", "scenario:permission"));
-    let interrupt = r.interrupts()[0].clone();
-    (r, interrupt)
-}
-
-fn cancel_url(a: &Adapter, execution: &Value) -> String {
-    format!(
-        "{}/extensions/iac-code/v1/executions/{}/cancel",
-        a.url,
-        execution.as_str().unwrap()
-    )
-}
-
 #[test]
 fn a_permission_wait_ends_the_run_with_a_complete_interrupt() {
     let (_k, a) = setup();
-    let (r, i) = interrupted(&a, "thread-tap-1");
+    let (r, i) = a.interrupted("thread-tap-1");
     assert_eq!(
         r.types(),
         [
@@ -49,7 +31,7 @@ fn a_permission_wait_ends_the_run_with_a_complete_interrupt() {
             "RUN_FINISHED"
         ]
     );
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let golden: Vec<Value> = data_lines(include_str!("data/permission-flow.run1.agui.sse"));
     let mut want = golden.last().unwrap()["outcome"]["interrupts"][0].clone();
     // Ours adds the expiry the spec asks for and writes schemaVersion as the integer 1.
@@ -133,7 +115,7 @@ fn an_interrupt_that_cannot_be_persisted_is_never_announced_and_its_task_is_canc
     drop(guard);
     assert_eq!(r.error_code(), "STATE_PERSISTENCE_FAILED");
     assert!(r.events.iter().all(|e| e["outcome"]["type"] != "interrupt"));
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     assert!(eventually(5, || !k.calls("CancelTask").is_empty()));
     let state = a.state_file("t-failclosed");
     assert_eq!(state["execution"]["pending"], json!({}));
@@ -142,10 +124,10 @@ fn an_interrupt_that_cannot_be_persisted_is_never_announced_and_its_task_is_canc
 #[test]
 fn a_resume_continues_the_same_task_and_streams_what_the_reference_streamed() {
     let (k, a) = setup();
-    let (first, i) = interrupted(&a, "thread-tap-1");
+    let (first, i) = a.interrupted("thread-tap-1");
     let r = a.run(&a.resume_request("thread-tap-1", "run-tap-2", allow(&i["id"])));
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let golden: Vec<Value> = data_lines(include_str!("data/permission-flow.run2-resume.agui.sse"));
     let types = |v: &[Value]| {
         v.iter()
@@ -203,14 +185,41 @@ fn a_resume_continues_the_same_task_and_streams_what_the_reference_streamed() {
 }
 
 #[test]
+fn a_resume_that_reuses_the_interrupted_runs_id_is_told_to_use_a_new_one_and_loses_nothing() {
+    // CopilotKit's resume keeps the interrupted run's id; the spec wants a new run id per request.
+    let (k, a) = setup();
+    let (_, i) = a.interrupted("t-reuse");
+    let reused = a.run(&a.resume_request("t-reuse", "run-1", allow(&i["id"])));
+    assert_eq!(
+        (reused.status, reused.error_code()),
+        (409, "RUN_ID_CONFLICT")
+    );
+    let message = reused.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("new runId"), "{message}");
+    assert!(
+        message.contains("contrib/frameworks/copilotkit"),
+        "{message}"
+    );
+    let calls = k.calls("SendStreamingMessage").len();
+    let fresh = a.run(&a.resume_request("t-reuse", "run-2", allow(&i["id"])));
+    assert_eq!(
+        fresh.last()["outcome"]["type"],
+        "success",
+        "{:?}",
+        fresh.last()
+    );
+    assert_eq!(k.calls("SendStreamingMessage").len(), calls + 1);
+}
+
+#[test]
 fn deny_and_cancelled_permissions_send_deny() {
     let (k, a) = setup();
-    let (_, i) = interrupted(&a, "t-deny");
+    let (_, i) = a.interrupted("t-deny");
     let deny =
         json!([{"interruptId": i["id"], "status": "resolved", "payload": {"decision": "deny"}}]);
     let r = a.run(&a.resume_request("t-deny", "r2", deny));
     assert_eq!(r.text(), "OK, I did not write the file.");
-    let (_, i) = interrupted(&a, "t-cancelled");
+    let (_, i) = a.interrupted("t-cancelled");
     let r = a.run(&a.resume_request(
         "t-cancelled",
         "r2",
@@ -231,7 +240,7 @@ fn deny_and_cancelled_permissions_send_deny() {
 #[test]
 fn every_pending_interrupt_must_be_answered_exactly_once() {
     let (k, a) = setup();
-    let (_, i) = interrupted(&a, "t-once");
+    let (_, i) = a.interrupted("t-once");
     let id = &i["id"];
     let r = a.run(&a.resume_request("t-once", "r2", json!([])));
     assert_eq!(r.error_code(), "INCOMPLETE_RESUME");
@@ -255,7 +264,7 @@ fn every_pending_interrupt_must_be_answered_exactly_once() {
 #[test]
 fn an_invalid_payload_is_refused_and_the_interrupt_stays_retryable() {
     let (k, a) = setup();
-    let (_, i) = interrupted(&a, "t-invalid");
+    let (_, i) = a.interrupted("t-invalid");
     for (n, payload) in [
         json!({"decision": "always"}),
         json!({}),
@@ -290,7 +299,7 @@ fn an_invalid_payload_is_refused_and_the_interrupt_stays_retryable() {
 #[test]
 fn a_plain_message_while_waiting_is_resume_required() {
     let (_k, a) = setup();
-    interrupted(&a, "t-required");
+    a.interrupted("t-required");
     let r = a.run(&a.request("t-required", "r2", "never mind, do something else"));
     assert_eq!((r.status, r.error_code()), (409, "RESUME_REQUIRED"));
 }
@@ -298,7 +307,7 @@ fn a_plain_message_while_waiting_is_resume_required() {
 #[test]
 fn re_sending_an_accepted_answer_is_already_applied_and_runs_nothing_twice() {
     let (k, a) = setup();
-    let (_, i) = interrupted(&a, "t-again");
+    let (_, i) = a.interrupted("t-again");
     assert_eq!(
         a.run(&a.resume_request("t-again", "r2", allow(&i["id"])))
             .last()["outcome"]["type"],
@@ -324,7 +333,7 @@ fn re_sending_an_accepted_answer_is_already_applied_and_runs_nothing_twice() {
 #[test]
 fn an_answer_the_kernel_refuses_stays_pending() {
     let (k, a) = setup();
-    let (_, i) = interrupted(&a, "t-refused");
+    let (_, i) = a.interrupted("t-refused");
     k.reject_answers(true);
     let r = a.run(&a.resume_request("t-refused", "r2", allow(&i["id"])));
     // A refusal is the service's, not a failed task (the reference: A2A_UNAVAILABLE).
@@ -377,7 +386,7 @@ fn questions_are_answered_with_text_and_a_cancelled_question_cancels_the_executi
 fn an_expired_interrupt_refuses_the_resume_clears_pending_and_cancels_the_task() {
     let k = FakeKernel::start();
     let a = Adapter::start_args(&k.url, &["--interrupt-ttl", "0.3"]);
-    let (first, i) = interrupted(&a, "t-expired");
+    let (first, i) = a.interrupted("t-expired");
     std::thread::sleep(Duration::from_millis(500));
     let r = a.run(&a.resume_request("t-expired", "r2", allow(&i["id"])));
     assert_eq!(r.error_code(), "EXECUTION_EXPIRED");
@@ -392,161 +401,6 @@ fn an_expired_interrupt_refuses_the_resume_clears_pending_and_cancels_the_task()
         a.run(&a.request("t-expired", "r3", "hi")).last()["outcome"]["type"],
         "success"
     );
-}
-
-#[test]
-fn the_cancel_extension_cancels_a_waiting_execution_once_and_hides_other_identities() {
-    let (k, a) = setup();
-    let (first, _) = interrupted(&a, "t-cancel");
-    let s = first.session();
-    let url = cancel_url(&a, &s["executionId"]);
-    for wrong in [
-        json!({"threadId": "t-cancel", "rosInvocationId": "other-invocation"}),
-        json!({"threadId": "t-other", "rosInvocationId": "invocation-1"}),
-    ] {
-        let (status, v) = post_json(&url, &wrong);
-        assert_eq!(
-            (status, v["error"]["code"].as_str()),
-            (404, Some("EXECUTION_NOT_FOUND"))
-        );
-    }
-    let (status, v) = post_json(
-        &cancel_url(&a, &json!("no-such-execution")),
-        &json!({"threadId": "t-cancel", "rosInvocationId": "invocation-1"}),
-    );
-    assert_eq!(
-        (status, v["error"]["code"].as_str()),
-        (404, Some("EXECUTION_NOT_FOUND"))
-    );
-    let (status, bad) = post_json(&url, &json!({"threadId": "t-cancel"}));
-    assert_eq!(
-        (status, bad["error"]["code"].as_str()),
-        (400, Some("INVALID_INPUT"))
-    );
-    let body = json!({"threadId": "t-cancel", "rosInvocationId": "invocation-1"});
-    let (status, v) = post_json(&url, &body);
-    assert_eq!(
-        (status, v),
-        (
-            200,
-            json!({"executionId": s["executionId"], "status": "cancelled"})
-        )
-    );
-    assert_eq!(
-        k.calls("CancelTask")[0]["body"]["params"]["id"],
-        s["taskId"]
-    );
-    assert_eq!(
-        k.task_state(s["taskId"].as_str().unwrap()).as_deref(),
-        Some("TASK_STATE_CANCELED")
-    );
-    assert_eq!(a.state_file("t-cancel")["execution"]["pending"], json!({}));
-    let (_, v) = post_json(&url, &body);
-    assert_eq!(v["status"], "already_terminal");
-    let late = a.run(&a.resume_request("t-cancel", "r-late", json!([{"interruptId": "permission-afa9a627502941f8acc634b9c3574d78", "status": "cancelled"}])));
-    assert_eq!(
-        late.error_code(),
-        "EXECUTION_LOST",
-        "a cancelled execution cannot be resumed"
-    );
-    // Pending interrupts are gone: a plain message starts the next turn.
-    assert_eq!(
-        a.run(&a.request("t-cancel", "r2", "hi")).last()["outcome"]["type"],
-        "success"
-    );
-}
-
-#[test]
-fn cancelling_an_active_run_ends_its_stream_with_run_error_cancelled() {
-    let (k, a) = setup();
-    let reader = std::thread::spawn({
-        let (url, body) = (a.url.clone(), a.request("t-live", "r1", "scenario:hang"));
-        move || post_run(&url, &body, &[])
-    });
-    assert!(eventually(5, || a
-        .state_dir
-        .join("threads/t-live.json")
-        .exists()
-        && a.state_file("t-live")["execution"]["taskId"].is_string()));
-    let state = a.state_file("t-live");
-    let url = cancel_url(&a, &state["execution"]["executionId"]);
-    let (status, v) = post_json(
-        &url,
-        &json!({"threadId": "t-live", "rosInvocationId": "invocation-1"}),
-    );
-    assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
-    let r = reader.join().unwrap();
-    assert_eq!(r.error_code(), "CANCELLED");
-    assert_balanced(&r.events);
-    assert_eq!(k.calls("CancelTask").len(), 1);
-    assert!(eventually(5, || a.state_file("t-live")
-        ["terminalExecutionIds"]
-        .as_array()
-        .is_some_and(|t| !t.is_empty())));
-    let (_, v) = post_json(
-        &url,
-        &json!({"threadId": "t-live", "rosInvocationId": "invocation-1"}),
-    );
-    assert_eq!(v["status"], "already_terminal");
-}
-
-#[test]
-fn a_pending_interrupt_survives_sigkill_and_resumes_after_a_restart() {
-    let (k, mut a) = setup();
-    let (first, i) = interrupted(&a, "t-restart");
-    a.restart();
-    let r = a.run(&a.resume_request("t-restart", "r2", allow(&i["id"])));
-    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
-    assert_eq!(r.session()["taskId"], first.session()["taskId"]);
-    assert!(k
-        .calls("GetTask")
-        .iter()
-        .any(|c| c["body"]["params"]
-            == json!({"id": first.session()["taskId"], "historyLength": 100})));
-}
-
-#[test]
-fn after_a_restart_a_task_the_kernel_lost_is_execution_lost() {
-    let (k, mut a) = setup();
-    let (_, i) = interrupted(&a, "t-lost");
-    a.restart();
-    k.forget_everything();
-    let r = a.run(&a.resume_request("t-lost", "r2", allow(&i["id"])));
-    assert_eq!(r.error_code(), "EXECUTION_LOST");
-}
-
-#[test]
-fn after_a_restart_a_task_in_another_context_is_a_protocol_error() {
-    let (k, mut a) = setup();
-    let (first, i) = interrupted(&a, "t-moved");
-    a.restart();
-    k.swap_context(first.session()["taskId"].as_str().unwrap());
-    let r = a.run(&a.resume_request("t-moved", "r2", allow(&i["id"])));
-    assert_eq!(r.error_code(), "A2A_PROTOCOL_ERROR");
-    assert_eq!(
-        a.state_file("t-moved")["execution"]["pending"]
-            .as_object()
-            .unwrap()
-            .len(),
-        1,
-        "nothing lost"
-    );
-}
-
-#[test]
-fn a_resume_for_an_unknown_thread_or_invocation_is_execution_lost() {
-    let (_k, a) = setup();
-    let r = a.run(&a.resume_request(
-        "t-never",
-        "r1",
-        json!([{"interruptId": "x", "status": "cancelled"}]),
-    ));
-    assert_eq!((r.status, r.error_code()), (409, "EXECUTION_LOST"));
-    let (_, i) = interrupted(&a, "t-inv");
-    let mut body = a.resume_request("t-inv", "r2", allow(&i["id"]));
-    body["forwardedProps"]["iacCode"]["rosInvocationId"] = json!("invocation-other");
-    let r = a.run(&body);
-    assert_eq!((r.status, r.error_code()), (409, "EXECUTION_LOST"));
 }
 
 #[test]
@@ -572,7 +426,7 @@ fn an_interrupted_run_holds_no_connection_and_a_disconnect_keeps_the_pending_int
 #[test]
 fn after_a_resumed_success_the_next_turn_takes_a_new_invocation_on_the_same_session() {
     let (k, a) = setup();
-    let (first, i) = interrupted(&a, "t-next");
+    let (first, i) = a.interrupted("t-next");
     a.run(&a.resume_request("t-next", "r2", allow(&i["id"])));
     let mut body = a.request("t-next", "r3", "thanks");
     body["forwardedProps"]["iacCode"]["rosInvocationId"] = json!("invocation-2");
@@ -614,7 +468,7 @@ fn concurrent_side_waits_are_announced_together_and_each_answered_once() {
     let r = a.run(&a.resume_request("t-side", "r3", both));
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
     assert_eq!(r.text(), "Both approved.");
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     // Side waits are answered as the reference answers them: a unary SendMessage each (message
     // id `agui-resume-<interruptId>`), then the task followed with GetTask + SubscribeToTask.
     let sent = k.calls("SendMessage");
@@ -653,7 +507,7 @@ fn a_pipeline_event_missed_between_a_side_answer_and_the_subscription_is_recover
     assert_eq!(i["id"], "permission-g1");
     let r = a.run(&a.resume_request("t-gap", "r2", allow(&i["id"])));
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let seqs: Vec<u64> = r
         .custom("iac-code.pipeline.v1")
         .iter()
@@ -672,267 +526,4 @@ fn a_pipeline_event_missed_between_a_side_answer_and_the_subscription_is_recover
         .rfind(|p| p.starts_with("/iac-code/pipeline/state"))
         .unwrap();
     assert!(last_state.contains("afterSequence=1"), "{last_state}");
-}
-
-fn pending_count(a: &Adapter, thread: &str) -> usize {
-    a.state_file(thread)["execution"]["pending"]
-        .as_object()
-        .map_or(0, |p| p.len())
-}
-
-#[test]
-fn a_transient_get_task_error_at_resume_is_a2a_unavailable_and_keeps_the_interrupt() {
-    let (k, a) = setup();
-    let (_, i) = interrupted(&a, "t-flaky-get");
-    // Not TaskNotFoundError (-32001): the kernel says nothing about the task.
-    k.fail_next_rpc(
-        "GetTask",
-        json!({"code": -32603, "message": "Internal error"}),
-    );
-    let r = a.run(&a.resume_request("t-flaky-get", "r2", allow(&i["id"])));
-    assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
-    assert_eq!(pending_count(&a, "t-flaky-get"), 1, "still pending");
-    let r = a.run(&a.resume_request("t-flaky-get", "r3", allow(&i["id"])));
-    assert_eq!(r.last()["outcome"]["type"], "success");
-}
-
-#[test]
-fn a_session_restore_the_kernel_cannot_do_now_is_a2a_unavailable_and_keeps_the_interrupt() {
-    let (k, a) = setup();
-    let (_, i) = interrupted(&a, "t-restore-503");
-    k.fail_next_http(
-        "/iac-code/session/ensure-restored",
-        503,
-        json!({"error": "Unable to restore the A2A session."}),
-    );
-    let r = a.run(&a.resume_request("t-restore-503", "r2", allow(&i["id"])));
-    assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
-    assert_eq!(pending_count(&a, "t-restore-503"), 1);
-    let r = a.run(&a.resume_request("t-restore-503", "r3", allow(&i["id"])));
-    assert_eq!(r.last()["outcome"]["type"], "success");
-}
-
-#[test]
-fn a_session_backup_still_synchronizing_is_passed_on_as_its_own_code_and_keeps_the_interrupt() {
-    let (k, a) = setup();
-    let (_, i) = interrupted(&a, "t-backup");
-    // As the kernel answers ensure-restored (`iac_code/a2a/app.py`)…
-    k.fail_next_http(
-        "/iac-code/session/ensure-restored",
-        409,
-        json!({"error": {"code": "SESSION_BACKUP_NOT_READY",
-                         "message": "Session backup is still synchronizing. Retry after 3 seconds.",
-                         "retryable": true}}),
-    );
-    let r = a.run(&a.resume_request("t-backup", "r2", allow(&i["id"])));
-    assert_eq!(r.error_code(), "SESSION_BACKUP_NOT_READY");
-    assert_eq!(pending_count(&a, "t-backup"), 1);
-    // …and an answer (`iac_code/a2a/executor.py`, SessionBackupNotReadyInvalidParamsError).
-    k.fail_next_rpc(
-        "SendStreamingMessage",
-        json!({"code": -32602, "message": "Session backup is still synchronizing. Retry after 3 seconds.",
-               "data": {"code": "SESSION_BACKUP_NOT_READY", "retryable": true}}),
-    );
-    let r = a.run(&a.resume_request("t-backup", "r3", allow(&i["id"])));
-    assert_eq!(r.error_code(), "SESSION_BACKUP_NOT_READY");
-    assert_eq!(pending_count(&a, "t-backup"), 1);
-    let r = a.run(&a.resume_request("t-backup", "r4", allow(&i["id"])));
-    assert_eq!(r.last()["outcome"]["type"], "success");
-}
-
-#[test]
-fn a_task_the_kernel_says_is_gone_at_resume_is_execution_lost_and_closed() {
-    let (k, a) = setup();
-    let (_, i) = interrupted(&a, "t-gone");
-    k.fail_next_rpc(
-        "GetTask",
-        json!({"code": -32001, "message": "Task not found"}),
-    );
-    let r = a.run(&a.resume_request("t-gone", "r2", allow(&i["id"])));
-    assert_eq!(r.error_code(), "EXECUTION_LOST");
-    assert_eq!(
-        pending_count(&a, "t-gone"),
-        0,
-        "a definitive answer closes it"
-    );
-}
-
-#[test]
-fn a_new_iac_code_session_for_a_known_thread_is_a_protocol_error() {
-    let (k, a) = setup();
-    let first = a.run(&a.request("t-session", "r1", "hello"));
-    assert_eq!(first.last()["outcome"]["type"], "success");
-    let session = a.state_file("t-session")["iacCodeSessionId"].clone();
-    k.renew_sessions();
-    let mut body = a.request("t-session", "r2", "hello again");
-    body["forwardedProps"]["iacCode"]["rosInvocationId"] = json!("invocation-2");
-    let r = a.run(&body);
-    assert_eq!(r.error_code(), "A2A_PROTOCOL_ERROR");
-    assert!(
-        r.custom("iac-code.session.v1")
-            .iter()
-            .all(|e| e["value"]["sessionId"] == session),
-        "never announced under another session"
-    );
-    assert_eq!(a.state_file("t-session")["iacCodeSessionId"], session);
-}
-
-#[test]
-fn the_recovery_cursor_moves_to_the_snapshots_last_sequence() {
-    let (k, a) = setup();
-    let r = a.run(&a.request("t-cursor", "r1", "scenario:side-wait-gap"));
-    let i = r.interrupts()[0].clone();
-    // The resume's recovery: a snapshot that covers the pipeline up to 5, no events listed.
-    k.fail_next_http(
-        "/iac-code/pipeline/state",
-        200,
-        json!({"snapshot": {"schemaVersion": 1, "pipelineRunId": "pr-1", "lastSequence": 5, "steps": []},
-               "events": []}),
-    );
-    let r = a.run(&a.resume_request("t-cursor", "r2", allow(&i["id"])));
-    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
-    let recoveries: Vec<String> = k
-        .requests()
-        .into_iter()
-        .filter_map(|r| r["path"].as_str().map(str::to_string))
-        .filter(|p| p.starts_with("/iac-code/pipeline/state"))
-        .collect();
-    assert!(
-        recoveries.last().unwrap().contains("afterSequence=5"),
-        "{recoveries:?}"
-    );
-    let replayed: Vec<&Value> = r
-        .custom("iac-code.pipeline.v1")
-        .into_iter()
-        .filter(|e| e["value"]["sequence"].as_f64().unwrap_or(0.0) <= 5.0)
-        .collect();
-    assert!(
-        replayed.is_empty(),
-        "events the snapshot covered: {replayed:?}"
-    );
-}
-
-#[test]
-fn a_retry_after_a_partial_failure_skips_the_answer_already_applied_and_sends_the_rest_once() {
-    let (k, a) = setup();
-    let r = a.run(&a.request("t-partial", "r1", "scenario:side-waits"));
-    assert_eq!(r.interrupts().len(), 2);
-    let both = json!([
-        {"interruptId": "permission-c2", "status": "resolved", "payload": {"decision": "allow_once"}},
-        {"interruptId": "permission-c1", "status": "resolved", "payload": {"decision": "allow_once"}}
-    ]);
-    // The kernel takes c2's answer, then has trouble with c1's.
-    k.fail_rpc_after(
-        "SendMessage",
-        1,
-        json!({"code": -32603, "message": "Internal error"}),
-    );
-    let r = a.run(&a.resume_request("t-partial", "r2", both.clone()));
-    assert_eq!(r.error_code(), "A2A_UNAVAILABLE");
-    let state = a.state_file("t-partial");
-    assert_eq!(
-        state["execution"]["pending"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .collect::<Vec<_>>(),
-        ["permission-c1"]
-    );
-    // A different answer for the applied c2 is a conflict, and reaches nothing.
-    let changed = json!([
-        {"interruptId": "permission-c2", "status": "resolved", "payload": {"decision": "deny"}},
-        {"interruptId": "permission-c1", "status": "resolved", "payload": {"decision": "allow_once"}}
-    ]);
-    let r = a.run(&a.resume_request("t-partial", "r3", changed));
-    assert_eq!(r.error_code(), "RESUME_ALREADY_APPLIED");
-    // The client's retry repeats both: c2 is applied already, c1 goes on.
-    let r = a.run(&a.resume_request("t-partial", "r4", both));
-    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
-    let sent: Vec<Value> = k
-        .calls("SendMessage")
-        .iter()
-        .map(|c| c["body"]["params"]["message"]["parts"][0]["data"]["inputId"].clone())
-        .collect();
-    // c2 once; c1 twice, the first refused by the fault before the kernel saw it.
-    assert_eq!(
-        sent,
-        [
-            json!("permission-c2"),
-            json!("permission-c1"),
-            json!("permission-c1")
-        ]
-    );
-}
-
-/// Polls `done` (every 10 ms, at most 20 s): a wait for another process to reach a point.
-fn wait_for(what: &str, done: impl Fn() -> bool) {
-    for _ in 0..2000 {
-        if done() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("never happened: {what}");
-}
-
-#[test]
-fn a_sigkill_between_an_answer_sent_and_its_pending_cleared_never_runs_the_tool_twice() {
-    let (k, mut a) = setup();
-    // Point 1: the kernel took the answer, the adapter never heard back (pending still set).
-    let (_, i) = interrupted(&a, "t-kill-sent");
-    k.hold_answers(true);
-    let (url, body) = (
-        a.url.clone(),
-        a.resume_request("t-kill-sent", "r2", allow(&i["id"])),
-    );
-    let cut = std::thread::spawn(move || post_run(&url, &body, &[]));
-    wait_for("the kernel took the answer", || k.accepted_answers() == 1);
-    a.restart();
-    k.hold_answers(false);
-    let _ = cut.join();
-    assert_eq!(
-        pending_count(&a, "t-kill-sent"),
-        1,
-        "the answer was never confirmed"
-    );
-    // The client's retry: the task's history shows the kernel took the answer, so it is not
-    // sent again; the wait is cleared and the run follows the task to its end.
-    let retry = a.run(&a.resume_request("t-kill-sent", "r3", allow(&i["id"])));
-    assert_eq!(k.accepted_answers(), 1, "the tool ran once");
-    assert_eq!(
-        retry.last()["outcome"]["type"],
-        "success",
-        "{:?}",
-        retry.last()
-    );
-    assert_eq!(pending_count(&a, "t-kill-sent"), 0);
-
-    // Point 2: the answer accepted and its pending cleared, the task still running on.
-    let (run1, envelope, run2) = permission_flow();
-    let mut script = run1;
-    let mut after = vec![Step::Gate("slow-tool".into())];
-    after.extend(run2);
-    script.push(Step::Input {
-        envelope,
-        allow: after,
-        deny: vec![],
-        answer: vec![],
-    });
-    k.script("slow-tool", script);
-    let r = a.run(&a.request("t-kill-cleared", "r1", "scenario:slow-tool"));
-    let i = r.interrupts()[0].clone();
-    let (url, body) = (
-        a.url.clone(),
-        a.resume_request("t-kill-cleared", "r2", allow(&i["id"])),
-    );
-    let cut = std::thread::spawn(move || post_run(&url, &body, &[]));
-    wait_for("pending cleared", || {
-        pending_count(&a, "t-kill-cleared") == 0
-    });
-    a.restart();
-    k.open("slow-tool");
-    let _ = cut.join();
-    let retry = a.run(&a.resume_request("t-kill-cleared", "r3", allow(&i["id"])));
-    assert_eq!(retry.error_code(), "RESUME_ALREADY_APPLIED");
-    assert_eq!(k.accepted_answers(), 2, "each thread's tool ran once");
 }

@@ -1,13 +1,13 @@
-//! Normal (non-interrupt) runs over real HTTP against the fake kernel: routes, validation, the
-//! projection of a turn, upstream failures, heartbeats, disconnects, thread rules and the state file.
+//! Normal (non-interrupt) runs over real HTTP against the fake kernel: routes, the projection of
+//! a turn, upstream failures, heartbeats, disconnects, thread rules and the state file. What a
+//! request must be to start a run is in `input_rules.rs`.
 
-mod common;
-
-use common::*;
 use fake_kernel::FakeKernel;
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::time::Duration;
+use test_support::*;
 
 fn setup() -> (FakeKernel, Adapter) {
     let k = FakeKernel::start();
@@ -58,144 +58,6 @@ fn unknown_routes_are_404_and_wrong_methods_405_with_json_errors() {
     );
     let cancel = format!("{}/extensions/iac-code/v1/executions/x/cancel", a.url);
     assert_eq!(agent().get(cancel).call().unwrap().status(), 405);
-}
-
-#[test]
-fn bearer_auth_protects_runs_and_cancel_but_not_health() {
-    let k = FakeKernel::start();
-    let a = Adapter::start_with(
-        &k.url,
-        Options {
-            envs: vec![("IAC_CODE_AGUI_AUTH_TOKEN".into(), "tok-123".into())],
-            ..Default::default()
-        },
-    );
-    // `Adapter::spawn` clears the variable; set it through the environment of a second adapter.
-    drop(a);
-    let port = free_port();
-    let state = temp_dir("auth");
-    let mut child = std::process::Command::new(BIN)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--a2a-url",
-            &k.url,
-            "--state-dir",
-            state.to_str().unwrap(),
-        ])
-        .env("IAC_CODE_AGUI_AUTH_TOKEN", "tok-123")
-        .env("IAC_CODE_AGUI_ALLOWED_CWDS", state.to_str().unwrap())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    wait_health(&url);
-    let body = json!({"threadId": "t", "runId": "r", "state": {}, "tools": [], "context": [],
-        "messages": [{"id": "m", "role": "user", "content": "hi"}],
-        "forwardedProps": {"iacCode": {"schemaVersion": 1, "rosInvocationId": "i", "cwd": state.to_str().unwrap()}}});
-    let none = post_run(&url, &body, &[]);
-    assert_eq!(
-        (none.status, none.json["error"]["code"].as_str()),
-        (401, Some("UNAUTHORIZED"))
-    );
-    let wrong = post_run(&url, &body, &[("Authorization", "Bearer tok-124")]);
-    assert_eq!(wrong.status, 401);
-    let ok = post_run(&url, &body, &[("Authorization", "Bearer tok-123")]);
-    assert_eq!(ok.status, 200);
-    assert_eq!(ok.last()["type"], "RUN_FINISHED");
-    let (status, _) = post_json(
-        &format!("{url}/extensions/iac-code/v1/executions/e/cancel"),
-        &json!({}),
-    );
-    assert_eq!(status, 401);
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-#[test]
-fn oversized_bodies_wrong_media_types_and_refused_sse_are_http_errors() {
-    let (_k, a) = setup();
-    let big = vec![b' '; 12 * 1024 * 1024 + 1];
-    let r = agent()
-        .post(format!("{}/", a.url))
-        .header("Content-Type", "application/json")
-        .send(&big[..])
-        .unwrap();
-    assert_eq!(r.status(), 413);
-    let v: Value = serde_json::from_str(&r.into_body().read_to_string().unwrap()).unwrap();
-    assert_eq!(v["error"]["code"], "REQUEST_TOO_LARGE");
-    let r = agent()
-        .post(format!("{}/", a.url))
-        .header("Content-Type", "text/plain")
-        .send("{}")
-        .unwrap();
-    assert_eq!(r.status(), 415);
-    let v: Value = serde_json::from_str(&r.into_body().read_to_string().unwrap()).unwrap();
-    assert_eq!(v["error"]["code"], "UNSUPPORTED_MEDIA_TYPE");
-    let r = agent()
-        .post(format!("{}/", a.url))
-        .header("Content-Type", "application/json")
-        .send("{not json")
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let v: Value = serde_json::from_str(&r.into_body().read_to_string().unwrap()).unwrap();
-    assert_eq!(v["error"]["code"], "INVALID_JSON");
-    let r = agent()
-        .post(format!("{}/", a.url))
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json")
-        .send(serde_json::to_vec(&a.request("t", "r", "hi")).unwrap())
-        .unwrap();
-    assert_eq!(r.status(), 406);
-}
-
-#[test]
-fn invalid_input_is_a_localized_400_before_any_stream() {
-    let (k, a) = setup();
-    let mut body = a.request("t-invalid", "r1", "hi");
-    body["forwardedProps"]["iacCode"]["unknownField"] = json!(true);
-    let en = a.run(&body);
-    assert_eq!(en.status, 400);
-    assert_eq!(en.json["error"]["code"], "INVALID_INPUT");
-    assert!(en.json["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("Unknown field"));
-    body["forwardedProps"]["iacCode"]["preferredLanguage"] = json!("zh-CN");
-    let zh = a.run(&body);
-    assert!(
-        zh.json["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("未知字段"),
-        "{}",
-        zh.json
-    );
-    let mut plain = a.request("t-invalid", "r2", "hi");
-    plain["tools"] = json!([{"name": "x", "description": "y"}]);
-    let zh = post_run(
-        &a.url,
-        &plain,
-        &[("Accept-Language", "zh-CN,zh;q=0.9,en;q=0.5")],
-    );
-    assert!(
-        zh.json["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("空数组"),
-        "{}",
-        zh.json
-    );
-    let not_json = agent()
-        .post(format!("{}/", a.url))
-        .header("Content-Type", "application/json")
-        .send("{nope")
-        .unwrap();
-    assert_eq!(not_json.status(), 400);
-    assert!(
-        k.calls("SendStreamingMessage").is_empty(),
-        "nothing reached the kernel"
-    );
 }
 
 #[test]
@@ -331,7 +193,7 @@ fn reasoning_tools_artifacts_and_progress_are_projected_and_balanced() {
     );
     assert_eq!(r.last()["usage"][0]["totalTokens"], 5);
     let r = a.run(&a.request("t-rich", "r2", "scenario:tools-artifact"));
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let t = r.types();
     for want in [
         "TOOL_CALL_START",
@@ -391,7 +253,7 @@ fn upstream_failures_end_the_run_with_the_spec_codes_and_closed_spans() {
         assert_eq!(r.types()[0], "RUN_STARTED");
         assert_eq!(r.error_code(), code, "{scenario}: {:?}", r.last());
         assert!(!r.last()["message"].as_str().unwrap().is_empty());
-        assert_balanced(&r.events);
+        check_spans(&r.events).unwrap();
     }
     let failed = a.run(&a.request("t-fail-x", "r1", "scenario:fail"));
     assert!(failed.last()["message"]
@@ -570,6 +432,24 @@ fn secrets_reach_the_kernel_but_never_the_state_dir_or_the_logs() {
         assert!(!disk.contains(secret), "{secret} on disk");
         assert!(!logs.contains(secret), "{secret} in logs");
     }
+}
+
+/// Every file under `dir`, concatenated.
+fn read_tree(dir: &std::path::Path) -> String {
+    let mut all = String::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                all.push_str(&read_tree(&p));
+            } else {
+                all.push_str(&String::from_utf8_lossy(
+                    &std::fs::read(&p).unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    all
 }
 
 #[test]

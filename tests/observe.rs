@@ -2,13 +2,12 @@
 //! stream a reloaded page re-attaches with, CORS for a console on another origin, and the request
 //! envelope real chat UIs send (`state` left out).
 
-mod common;
-
-use common::*;
 use fake_kernel::{permission_envelope, FakeKernel, Step};
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;
+use test_support::*;
 
 fn setup() -> (FakeKernel, Adapter) {
     let k = FakeKernel::start();
@@ -218,7 +217,7 @@ fn observing_a_waiting_execution_ends_with_the_same_interrupts() {
         .expect("a catch-up snapshot");
     assert_eq!(snapshot["messages"][0]["role"], "user");
     assert_eq!(snapshot["messages"][0]["content"], "scenario:permission");
-    assert_balanced(&o.events);
+    check_spans(&o.events).unwrap();
     // Read-only: the thread still waits for the same answer.
     assert_eq!(
         a.thread_lookup("t-obs-wait", "rosInvocationId=invocation-1")
@@ -302,7 +301,7 @@ fn a_reattached_observer_gets_the_text_so_far_then_the_live_rest() {
     assert_eq!(o.text(), r.text());
     assert_eq!(o.last()["type"], "RUN_FINISHED");
     assert_eq!(o.last()["outcome"]["type"], "success");
-    assert_balanced(&o.events);
+    check_spans(&o.events).unwrap();
     assert!(
         k.calls("CancelTask").is_empty(),
         "an observer never cancels"
@@ -320,7 +319,7 @@ fn an_observer_of_a_run_that_reaches_a_wait_gets_its_interrupts() {
     let r = run.join().unwrap();
     let o = observer.join().unwrap();
     assert_eq!(o.interrupts(), r.interrupts());
-    assert_balanced(&o.events);
+    check_spans(&o.events).unwrap();
 }
 
 #[test]

@@ -1,11 +1,10 @@
 //! Pipeline mode over real HTTP: standard mappings, the CUSTOM allow-list, activity snapshots,
 //! parallel sub-pipelines, replays, and steps across an interrupt and an adapter restart.
 
-mod common;
-
-use common::*;
 use fake_kernel::FakeKernel;
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
+use test_support::*;
 
 fn pipeline_request(a: &Adapter, thread: &str) -> Value {
     let mut body = a.request(thread, "run-1", "scenario:pipeline");
@@ -107,7 +106,7 @@ const RUN2: &[&str] = &[
 
 fn check_run1(r: &RunResult) -> Value {
     assert_eq!(outline(&r.events), RUN1, "{:#?}", outline(&r.events));
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     // Parallel candidates never share a message.
     let starts: Vec<&Value> = r
         .events
@@ -171,7 +170,7 @@ fn check_run1(r: &RunResult) -> Value {
 
 fn check_run2(r: &RunResult) {
     assert_eq!(outline(&r.events), RUN2, "{:#?}", outline(&r.events));
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let snapshot = r
         .events
         .iter()
@@ -278,7 +277,7 @@ fn a_denied_deploy_ends_the_pipeline_with_pipeline_failed_closing_its_steps() {
     let resume =
         json!([{"interruptId": i["id"], "status": "resolved", "payload": {"decision": "deny"}}]);
     let r = a.run(&a.resume_request("t-pipe-deny", "run-2", resume));
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     let o = outline(&r.events);
     assert!(
         o.contains(&"CUSTOM:step_failed".to_string())

@@ -1,12 +1,10 @@
 //! Ground truth: the real kernel's recorded A2A streams fed through the projection (no sockets)
 //! give the reference adapter's recorded AG-UI streams, event by event, ids and timestamps aside.
 
-mod common;
-
-use common::{data_lines, without_ids};
 use iac_code_agui::error::Lang;
 use iac_code_agui::projection::{Durable, End, Projection, RunIds};
 use serde_json::{json, Value};
+use test_support::{data_lines, without_ids};
 
 fn project(
     items: &[Value],

@@ -1,21 +1,15 @@
 //! Reliability: SIGKILL during state writes, a dying, hanging or garbled upstream, a full disk, a
 //! panicking run, and sustained concurrent load. Every loop here is bounded in count and time.
 
-mod common;
-
-use common::*;
 use fake_kernel::FakeKernel;
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::time::{Duration, Instant};
+use test_support::*;
 
 fn thread_count(pid: u32) -> usize {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    test_support::procfs::proc_status(pid, "Threads").unwrap_or(0) as usize
 }
 
 #[test]
@@ -49,7 +43,7 @@ fn sigkill_at_random_points_never_tears_a_state_file_and_pending_interrupts_stil
                 .send(serde_json::to_vec(&body).unwrap())
                 .map(|r| r.into_body().read_to_string());
         });
-        std::thread::sleep(Duration::from_micros(rng.next() % window));
+        std::thread::sleep(Duration::from_micros(rng.next_u64() % window));
         a.restart();
         let _ = client.join();
         // Every state file parses.
@@ -105,7 +99,7 @@ fn a_hanging_upstream_ends_with_run_error_and_leaves_no_thread_behind() {
         "{}",
         r.last()
     );
-    assert_balanced(&r.events);
+    check_spans(&r.events).unwrap();
     assert!(
         eventually(5, || !k.calls("CancelTask").is_empty()),
         "the stuck task is cancelled"
@@ -128,7 +122,7 @@ fn dying_and_garbled_upstreams_leave_no_thread_behind() {
     {
         let r = a.run(&a.request(&format!("t-bad-{i}"), "r1", &format!("scenario:{s}")));
         assert_eq!(r.last()["type"], "RUN_ERROR");
-        assert_balanced(&r.events);
+        check_spans(&r.events).unwrap();
     }
     assert!(eventually(5, || thread_count(a.pid()) <= before));
 }
@@ -268,12 +262,12 @@ fn five_hundred_concurrent_runs_deliver_every_event_in_order() {
                     }
                     let mut expected = 0usize;
                     let mut started = false;
-                    for line in BufReader::new(resp.into_body().into_reader()).lines() {
-                        let line = line.map_err(|e| e.to_string())?;
-                        let Some(data) = line.strip_prefix("data: ") else {
+                    for item in sse::read(BufReader::new(resp.into_body().into_reader())) {
+                        let sse::Item::Event(event) = item.map_err(|e| e.to_string())? else {
                             continue;
                         };
-                        let ev: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+                        let ev: Value =
+                            serde_json::from_str(&event.data).map_err(|e| e.to_string())?;
                         match ev["type"].as_str() {
                             Some("RUN_STARTED") => started = true,
                             Some("TEXT_MESSAGE_CONTENT") => {

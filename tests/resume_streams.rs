@@ -3,15 +3,14 @@
 //! between the cut and the re-attach, a proxy that cuts every connection after a fixed time, and
 //! the thread of a client that left (free at once without a grace, busy during one).
 
-mod common;
-
-use common::*;
 use fake_kernel::{pipeline_flow, FakeKernel, Step};
+use iac_code_agui::testing::check_spans;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+use test_support::*;
 
 fn status(iac: Value, text: Option<&str>) -> Step {
     Step::Status {
@@ -83,14 +82,13 @@ fn post(
 /// SSE frames, at most `limit` (then the connection is dropped); a broken read ends the list.
 fn frames(body: Box<dyn Read + Send>, limit: Option<usize>) -> Vec<Frame> {
     let mut out = Vec::new();
-    let mut id = None;
-    for line in BufReader::new(body).lines() {
-        let Ok(line) = line else { break };
-        if let Some(v) = line.strip_prefix("id: ") {
-            id = Some(v.to_string());
-        } else if let Some(data) = line.strip_prefix("data: ") {
-            let ev = serde_json::from_str(data).unwrap();
-            out.push(Frame { id: id.take(), ev });
+    for item in sse::read(BufReader::new(body)) {
+        let Ok(item) = item else { break };
+        if let sse::Item::Event(e) = item {
+            out.push(Frame {
+                ev: e.json(),
+                id: e.id,
+            });
             if Some(out.len()) == limit {
                 break;
             }
@@ -252,7 +250,7 @@ fn a_stream_cut_after_any_event_joins_without_a_cursor() {
         assert_eq!(kind.as_deref(), Some("join"));
         let evs = events(&joined);
         assert_eq!(evs[0]["type"], "RUN_STARTED", "cut after {cut}");
-        assert_balanced(&evs);
+        check_spans(&evs).unwrap();
         assert_ids_increase(&joined);
         let got = normalized(&joined);
         assert_eq!(got.last(), normalized(&full).last(), "same interrupts");
@@ -276,7 +274,7 @@ fn a_cursor_from_before_a_restart_gets_a_join_never_wrong_data() {
     assert_eq!(kind.as_deref(), Some("join"));
     let evs = events(&joined);
     assert_eq!(evs[0]["type"], "RUN_STARTED");
-    assert_balanced(&evs);
+    check_spans(&evs).unwrap();
     // From the kernel now (the replay buffer went with the process): the same interrupts.
     assert_eq!(
         normalized(&joined).last().unwrap()["outcome"],
@@ -355,7 +353,7 @@ fn a_run_longer_than_a_proxys_connection_cap_completes_through_it_with_nothing_l
     assert!(reconnects >= 2, "the proxy cut the run {reconnects} times");
     assert_ids_increase(&all);
     let evs = events(&all);
-    assert_balanced(&evs);
+    check_spans(&evs).unwrap();
     let text: String = (0..30).map(|i| format!("[{i}]")).collect();
     let got: String = evs
         .iter()
@@ -491,7 +489,7 @@ fn with_a_grace_an_observer_that_reattaches_sees_the_run_finish() {
     let (kind, rest) = observer.join().unwrap();
     assert_eq!(kind.as_deref(), Some("exact"));
     let all: Vec<Frame> = first.into_iter().chain(rest).collect();
-    assert_balanced(&events(&all));
+    check_spans(&events(&all)).unwrap();
     assert_eq!(all.last().unwrap().ev["outcome"]["type"], "success");
     assert!(k.calls("CancelTask").is_empty());
 }

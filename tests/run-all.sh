@@ -1,11 +1,33 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it. Installs what it needs (npm ci, a Python venv) on the way.
+# The whole test suite, as CI runs it. Installs what it needs first: as root the missing Debian
+# packages (tests/prereqs.sh; as another user it names them and stops at once), then the Node
+# packages and the Python venv.
 #   bash tests/run-all.sh
 # Parts can be skipped for a quick local loop: SKIP_REAL_KERNEL=1, SKIP_CONFORMANCE=1,
 # SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1; LOAD_SECS sets the load test's duration (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
+# Debian installs nginx and haproxy in /usr/sbin, outside a normal user's PATH.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+
+bash tests/prereqs.sh
+
+step "Node packages and the Python venv (pinned by their locks)"
+# npm ci again only when the lock is newer than the last install (npm writes
+# node_modules/.package-lock.json): a second run costs nothing, a changed lock reinstalls.
+npm_ci() {
+  [ "$1/node_modules/.package-lock.json" -nt "$1/package-lock.json" ] && return 0
+  echo "npm ci in $1..."
+  (cd "$1" && npm ci --no-audit --no-fund --loglevel=error)
+}
+# The conformance packages (@ag-ui/client) also serve the real-kernel step's event check.
+if [ -z "${SKIP_CONFORMANCE:-}" ] || [ -z "${SKIP_REAL_KERNEL:-}" ]; then npm_ci tests/conformance; fi
+if [ -z "${SKIP_BROWSER:-}" ]; then npm_ci tests/browser; fi
+if [ -z "${SKIP_PAIRS:-}" ]; then npm_ci tests/pairs; fi
+# The real kernel (contrib/kernel/requirements.lock) and the Python ag-ui-protocol models, in the
+# one venv under target/ (the capture validation below uses it even with SKIP_REAL_KERNEL).
+bash tests/real_kernel/setup.sh
 
 step "format and lints"
 cargo fmt --all -- --check
@@ -45,7 +67,8 @@ if [ -z "${SKIP_BROWSER:-}" ]; then
 fi
 
 if [ -z "${SKIP_FRAMEWORKS:-}" ]; then
-  step "chat frameworks against the adapter and the real kernel (README: Chat frameworks; screenshots in target/framework-screenshots)"
+  step "chat frameworks behind the real kernel: CopilotKit and assistant-ui in chromium, TanStack AI in Node (screenshots in target/framework-screenshots)"
+  bash tests/frameworks/copilotkit/run.sh
   bash tests/frameworks/tanstack-ai/run.sh
   bash tests/frameworks/assistant-ui/run.sh
 fi

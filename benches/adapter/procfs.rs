@@ -4,21 +4,8 @@
 use crate::support::mib;
 use std::time::Instant;
 
-/// A numeric field of /proc/<pid>/status (kB for Vm*, a count for Threads).
-pub(crate) fn proc_status(pid: u32, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    text.lines()
-        .find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))
-        .and_then(|l| l[key.len() + 1..].split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
-
-// The readers the tests use as well: one copy, in tests/common/raw.rs.
-pub(crate) use raw::{cpu_secs, fd_count, raise_own_nofile};
-
-#[allow(dead_code, unreachable_pub)] // the raw-socket helpers of the tests; only /proc is read here
-#[path = "../../tests/common/raw.rs"]
-mod raw;
+// The readers the tests use as well: one copy, in the test support crate (tests/support).
+pub(crate) use test_support::procfs::{cpu_secs, fd_count, proc_status, raise_own_nofile};
 
 /// Resident memory of `pid` grouped by mapping kind (anonymous mappings by permission and size, so
 /// that thread stacks and malloc arenas show up as groups), largest first.

@@ -6,6 +6,7 @@
 //! snapshots, then every span still open re-opened (`STEP_STARTED`, `REASONING_START`,
 //! `*_START` followed by the content so far), so the live tail that follows continues them.
 
+use crate::events::EventType;
 use serde_json::{json, Map, Value};
 
 #[derive(Default)]
@@ -85,13 +86,17 @@ impl Fold {
 
     /// Takes one event in (everything but the run's end).
     pub(super) fn apply(&mut self, ev: &Value) {
-        let ty = ev.get("type").and_then(Value::as_str).unwrap_or("");
+        let Some(ty) = EventType::of(ev) else {
+            return;
+        };
         let id = s(ev, "messageId");
         match ty {
-            "RUN_STARTED" if self.run_started.is_none() => self.run_started = Some(ev.clone()),
-            "CUSTOM" => keep_latest(&mut self.customs, s(ev, "name"), ev),
-            "ACTIVITY_SNAPSHOT" => keep_latest(&mut self.activities, id, ev),
-            "TEXT_MESSAGE_START" => self.items.push(Item::Text {
+            EventType::RunStarted if self.run_started.is_none() => {
+                self.run_started = Some(ev.clone())
+            }
+            EventType::Custom => keep_latest(&mut self.customs, s(ev, "name"), ev),
+            EventType::ActivitySnapshot => keep_latest(&mut self.activities, id, ev),
+            EventType::TextMessageStart => self.items.push(Item::Text {
                 id,
                 role: ev
                     .get("role")
@@ -101,14 +106,16 @@ impl Fold {
                 content: Escaped::default(),
                 open: true,
             }),
-            "REASONING_START" => self.reasoning.push(id),
-            "REASONING_END" => self.reasoning.retain(|r| *r != id),
-            "REASONING_MESSAGE_START" => self.items.push(Item::Reasoning {
+            EventType::ReasoningStart => self.reasoning.push(id),
+            EventType::ReasoningEnd => self.reasoning.retain(|r| *r != id),
+            EventType::ReasoningMessageStart => self.items.push(Item::Reasoning {
                 id,
                 content: Escaped::default(),
                 open: true,
             }),
-            "TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" | "TOOL_CALL_ARGS" => {
+            EventType::TextMessageContent
+            | EventType::ReasoningMessageContent
+            | EventType::ToolCallArgs => {
                 if let Some(kind) = DeltaKind::of(ty) {
                     let id = ev.get("toolCallId").and_then(Value::as_str).unwrap_or(&id);
                     let delta = ev.get("delta").and_then(Value::as_str).unwrap_or("");
@@ -117,8 +124,8 @@ impl Fold {
                     }
                 }
             }
-            "TEXT_MESSAGE_END" | "REASONING_MESSAGE_END" => self.close(&id, None),
-            "TOOL_CALL_START" => self.items.push(Item::Tool {
+            EventType::TextMessageEnd | EventType::ReasoningMessageEnd => self.close(&id, None),
+            EventType::ToolCallStart => self.items.push(Item::Tool {
                 id: s(ev, "toolCallId"),
                 name: s(ev, "toolCallName"),
                 parent: ev
@@ -128,10 +135,10 @@ impl Fold {
                 args: Escaped::default(),
                 open: true,
             }),
-            "TOOL_CALL_END" => self.close("", Some(&s(ev, "toolCallId"))),
-            "TOOL_CALL_RESULT" => self.items.push(Item::Result(ev.clone())),
-            "STEP_STARTED" => self.steps.push(s(ev, "stepName")),
-            "STEP_FINISHED" => {
+            EventType::ToolCallEnd => self.close("", Some(&s(ev, "toolCallId"))),
+            EventType::ToolCallResult => self.items.push(Item::Result(ev.clone())),
+            EventType::StepStarted => self.steps.push(s(ev, "stepName")),
+            EventType::StepFinished => {
                 let name = s(ev, "stepName");
                 if let Some(pos) = self.steps.iter().rposition(|n| *n == name) {
                     self.steps.remove(pos);
@@ -207,14 +214,20 @@ impl Fold {
             out.push(started.clone());
         }
         out.extend(self.customs.iter().map(|(_, ev)| ev.clone()));
-        out.push(json!({"type": "MESSAGES_SNAPSHOT", "timestamp": now_ms,
-            "messages": self.closed_messages()}));
+        out.push(
+            json!({"type": EventType::MessagesSnapshot, "timestamp": now_ms,
+            "messages": self.closed_messages()}),
+        );
         out.extend(self.activities.iter().map(|(_, ev)| stamp(ev.clone())));
         for step in &self.steps {
-            out.push(json!({"type": "STEP_STARTED", "stepName": step, "timestamp": now_ms}));
+            out.push(
+                json!({"type": EventType::StepStarted, "stepName": step, "timestamp": now_ms}),
+            );
         }
         for id in &self.reasoning {
-            out.push(json!({"type": "REASONING_START", "messageId": id, "timestamp": now_ms}));
+            out.push(
+                json!({"type": EventType::ReasoningStart, "messageId": id, "timestamp": now_ms}),
+            );
         }
         for item in &self.items {
             reopen(item, now_ms, &mut out);
@@ -294,20 +307,22 @@ fn reopen(item: &Item, now_ms: u64, out: &mut Vec<Value>) {
             content,
             open: true,
         } => (
-            json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": role}),
-            (!content.is_empty()).then(
-                || json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": content.text()}),
-            ),
+            json!({"type": EventType::TextMessageStart, "messageId": id, "role": role}),
+            (!content.is_empty()).then(|| {
+                json!({"type": EventType::TextMessageContent, "messageId": id,
+                       "delta": content.text()})
+            }),
         ),
         Item::Reasoning {
             id,
             content,
             open: true,
         } => (
-            json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
-            (!content.is_empty()).then(
-                || json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": id, "delta": content.text()}),
-            ),
+            json!({"type": EventType::ReasoningMessageStart, "messageId": id, "role": "reasoning"}),
+            (!content.is_empty()).then(|| {
+                json!({"type": EventType::ReasoningMessageContent, "messageId": id,
+                       "delta": content.text()})
+            }),
         ),
         Item::Tool {
             id,
@@ -317,12 +332,13 @@ fn reopen(item: &Item, now_ms: u64, out: &mut Vec<Value>) {
             open: true,
         } => {
             let mut start =
-                json!({"type": "TOOL_CALL_START", "toolCallId": id, "toolCallName": name});
+                json!({"type": EventType::ToolCallStart, "toolCallId": id, "toolCallName": name});
             if let Some(p) = parent {
                 start["parentMessageId"] = json!(p);
             }
-            let args = (!args.is_empty())
-                .then(|| json!({"type": "TOOL_CALL_ARGS", "toolCallId": id, "delta": args.text()}));
+            let args = (!args.is_empty()).then(
+                || json!({"type": EventType::ToolCallArgs, "toolCallId": id, "delta": args.text()}),
+            );
             (start, args)
         }
         _ => return,
@@ -396,10 +412,12 @@ pub(super) enum DeltaKind {
 }
 
 impl DeltaKind {
-    pub(super) fn of(event_type: &str) -> Option<DeltaKind> {
+    pub(super) fn of(event_type: EventType) -> Option<DeltaKind> {
         match event_type {
-            "TEXT_MESSAGE_CONTENT" | "REASONING_MESSAGE_CONTENT" => Some(DeltaKind::Text),
-            "TOOL_CALL_ARGS" => Some(DeltaKind::ToolArgs),
+            EventType::TextMessageContent | EventType::ReasoningMessageContent => {
+                Some(DeltaKind::Text)
+            }
+            EventType::ToolCallArgs => Some(DeltaKind::ToolArgs),
             _ => None,
         }
     }

@@ -1,8 +1,8 @@
 //! Reading one streamed A2A `result`: its shape, its text, and the end its task state means.
 
 use super::End;
+use crate::a2a::frame::{Status, TaskState};
 use crate::error::{Error, Msg};
-use crate::frame::{Status, TaskState};
 use crate::interrupts;
 use serde_json::Value;
 
@@ -44,15 +44,6 @@ pub(super) fn end_of(status: Option<&Status>) -> Result<Option<End>, Error> {
         }
         TaskState::Submitted | TaskState::Working | TaskState::Other => None,
     })
-}
-
-/// `TASK_STATE_INPUT_REQUIRED` → `input-required`.
-pub(crate) fn normalize_state(state: &str) -> String {
-    let lower = state.to_ascii_lowercase();
-    lower
-        .strip_prefix("task_state_")
-        .unwrap_or(&lower)
-        .replace('_', "-")
 }
 
 /// The concatenated text parts of an A2A message.

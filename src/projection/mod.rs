@@ -9,11 +9,11 @@
 //! This file is the front: it reads an item and hands its parts to small machines, one per file —
 //! `session` (identity and its announcement), `spans` (text and reasoning messages), `replay`
 //! (trimming text an earlier run already sent), `tools`, `pipeline` (envelopes, de-duplication),
-//! `steps`, `usage`; `item` reads an A2A result, `events` stamps the events, `outcome` names how a
-//! run ends.
+//! `steps`, `usage`; `item` reads an A2A result, `out` stamps the events and writes them where the
+//! caller wants them, `outcome` names how a run ends.
 
-mod events;
 mod item;
+mod out;
 mod outcome;
 mod pipeline;
 mod replay;
@@ -23,15 +23,15 @@ mod steps;
 mod tools;
 mod usage;
 
-pub use events::{DeltaSpans, EventSink, Events, Serialized};
-pub(crate) use item::normalize_state;
+pub use crate::events::{DeltaSpans, EventSink, Events, Serialized};
 pub use outcome::End;
 
+use crate::a2a::frame::{Item, ItemKind, Message, ThinkingUpdate};
 use crate::a2a::incoming;
 use crate::error::{Error, Lang, Msg};
-use crate::frame::{Item, ItemKind, Message, Thinking};
-use events::{versioned, Custom, Out};
+use crate::events::EventType;
 use item::{end_of, message_text, open_waits};
+use out::{versioned, Custom, Out};
 use pipeline::Dedup;
 use replay::Replay;
 use serde_json::{json, Map, Value};
@@ -193,7 +193,7 @@ impl Projection {
         if let Some(parent) = &self.ids.parent_run_id {
             fields["parentRunId"] = json!(parent);
         }
-        out.push("RUN_STARTED", fields);
+        out.push(EventType::RunStarted, fields);
         if self.session.task_id().is_some() {
             self.announce(out);
         }
@@ -244,7 +244,11 @@ impl Projection {
         let status = head.status.obj();
         let message = status.map(|s| &s.message).filter(|m| m.is_present());
         if let Some(message) = message {
-            self.status_message(message.obj(), iac.final_complete, out);
+            if iac.final_complete {
+                self.final_message(message.obj(), out);
+            } else {
+                self.status_message(message.obj(), out);
+            }
         } else if kind == ItemKind::Task && self.spans.contents() == self.snapshot_contents {
             // Only snapshots have given text so far: the stream has not taken over.
             self.history_text(head.history, out);
@@ -265,7 +269,7 @@ impl Projection {
     pub(crate) fn recover_pipeline(&mut self, state: &Value, events: &mut impl EventSink) {
         let out = &mut Out::new(events, self.clock);
         if let Some(fields) = pipeline::snapshot(state, &mut self.pipeline_run_id) {
-            out.push("ACTIVITY_SNAPSHOT", fields);
+            out.push(EventType::ActivitySnapshot, fields);
         }
         if let Some(envelopes) = state.get("events").and_then(Value::as_array) {
             self.dedup.recovering = true;
@@ -295,17 +299,17 @@ impl Projection {
         }
         let (kind, mut fields) = match end {
             End::Success => (
-                "RUN_FINISHED",
+                EventType::RunFinished,
                 json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id,
                        "outcome": {"type": "success"}}),
             ),
             End::Interrupt(list) => (
-                "RUN_FINISHED",
+                EventType::RunFinished,
                 json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id,
                        "outcome": {"type": "interrupt", "interrupts": list}}),
             ),
             End::Failed(e) => (
-                "RUN_ERROR",
+                EventType::RunError,
                 json!({"message": e.message(self.lang), "code": e.code.as_str()}),
             ),
         };
@@ -334,7 +338,7 @@ impl Projection {
     }
 
     /// A plain `message` result: the kernel's whole, task-less reply.
-    fn reply_message(&mut self, head: &crate::frame::Head, out: &mut Out) {
+    fn reply_message(&mut self, head: &crate::a2a::frame::Head, out: &mut Out) {
         let text = head.parts.as_str();
         if !text.is_empty() {
             self.announce(out);
@@ -345,8 +349,13 @@ impl Projection {
 
     /// `metadata.iac_code` of a task or status update: reasoning, tool, MCP progress, pipeline
     /// events, usage, in that order.
-    fn on_iac(&mut self, iac: &crate::frame::Iac, envelopes: &pipeline::Envelopes, out: &mut Out) {
-        if let Some(text) = iac.thinking.obj().and_then(Thinking::raw_text) {
+    fn on_iac(
+        &mut self,
+        iac: &crate::a2a::frame::Iac,
+        envelopes: &pipeline::Envelopes,
+        out: &mut Out,
+    ) {
+        if let Some(text) = iac.thinking.obj().and_then(ThinkingUpdate::raw_text) {
             self.announce(out);
             let id = std::mem::take(&mut self.reasoning_id);
             self.spans.reasoning(&id, text, out);
@@ -369,8 +378,16 @@ impl Projection {
         }
     }
 
-    /// The agent's message in a status: streamed text, unless it repeats what was already sent.
-    fn status_message(&mut self, message: Option<&Message>, final_repeat: bool, out: &mut Out) {
+    /// The agent's final message (`assistantFinal.complete`): it repeats the streamed text, so
+    /// it is text of its own only when nothing was streamed.
+    fn final_message(&mut self, message: Option<&Message>, out: &mut Out) {
+        if !self.spans.sent_text() {
+            self.status_message(message, out);
+        }
+    }
+
+    /// The agent's message in a status: streamed text.
+    fn status_message(&mut self, message: Option<&Message>, out: &mut Out) {
         let Some(message) = message else {
             return; // not an object: no text
         };
@@ -379,7 +396,7 @@ impl Projection {
             return;
         }
         let text = message.parts.as_str();
-        if text.is_empty() || (final_repeat && self.spans.sent_text()) {
+        if text.is_empty() {
             return;
         }
         let owned;

@@ -2,6 +2,7 @@
 
 use crate::error::{Code, Error, Lang};
 use crate::interrupts;
+use crate::metrics::Outcome;
 use serde_json::Value;
 
 /// How a run ends, the one type for it: [`Projection::on_item`](super::Projection::on_item)
@@ -24,6 +25,15 @@ impl End {
         match self {
             End::Failed(e) => Some(e.code),
             _ => None,
+        }
+    }
+
+    /// The end as the metrics count it.
+    pub(crate) fn outcome(&self) -> Outcome {
+        match self {
+            End::Success => Outcome::Success,
+            End::Interrupt(_) => Outcome::Interrupt,
+            End::Failed(e) => Outcome::Error(e.code),
         }
     }
 

@@ -2,10 +2,11 @@
 //! envelope de-duplicated, then mapped by its kind to text, reasoning, tools, usage or steps, and
 //! sent on as an `iac-code.pipeline.v1` CUSTOM event when the spec lists its type.
 
-use super::events::{Custom, Out};
+use super::out::{Custom, Out};
 use super::tools::ToolUpdate;
 use super::Projection;
-use crate::frame::{Coord, Envelope, Field, Iac, LStr};
+use crate::a2a::frame::{Field, Iac, LStr};
+use crate::a2a::{Coord, Envelope};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashSet;

@@ -1,10 +1,10 @@
 //! Which A2A task and iac-code session the run belongs to: checked on every item, learned from the
 //! first that names them, announced once as `iac-code.session.v1`.
 
-use super::events::{Custom, Out};
+use super::out::{Custom, Out};
 use super::RunIds;
+use crate::a2a::frame::{Head, Iac, ItemKind};
 use crate::error::{Error, Msg};
-use crate::frame::{Head, Iac, ItemKind};
 use serde_json::json;
 
 #[derive(Default)]

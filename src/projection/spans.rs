@@ -1,7 +1,8 @@
 //! Text and reasoning spans: which messages are open, opened and closed so that a reasoning span
 //! never overlaps a text message.
 
-use super::events::{Delta, Out};
+use super::out::{Delta, Out};
+use crate::events::EventType;
 use serde_json::json;
 
 #[derive(Default)]
@@ -37,9 +38,9 @@ impl Spans {
         if self.reasoning.as_deref() != Some(id) {
             self.close_reasoning(out);
             self.close_reply(out);
-            out.push("REASONING_START", json!({"messageId": id}));
+            out.push(EventType::ReasoningStart, json!({"messageId": id}));
             out.push(
-                "REASONING_MESSAGE_START",
+                EventType::ReasoningMessageStart,
                 json!({"messageId": id, "role": "reasoning"}),
             );
             self.reasoning = Some(id.to_string());
@@ -53,7 +54,7 @@ impl Spans {
         if self.reply.as_deref() != Some(id) {
             self.close_reply(out);
             out.push(
-                "TEXT_MESSAGE_START",
+                EventType::TextMessageStart,
                 json!({"messageId": id, "role": "assistant"}),
             );
             self.reply = Some(id.to_string());
@@ -66,7 +67,7 @@ impl Spans {
         self.close_reasoning(out);
         if !self.pipeline.iter().any(|open| open == id) {
             out.push(
-                "TEXT_MESSAGE_START",
+                EventType::TextMessageStart,
                 json!({"messageId": id, "role": "assistant"}),
             );
             self.pipeline.push(id.to_string());
@@ -76,8 +77,8 @@ impl Spans {
 
     pub(super) fn close_reasoning(&mut self, out: &mut Out) {
         if let Some(id) = self.reasoning.take() {
-            out.push("REASONING_MESSAGE_END", json!({"messageId": id}));
-            out.push("REASONING_END", json!({"messageId": id}));
+            out.push(EventType::ReasoningMessageEnd, json!({"messageId": id}));
+            out.push(EventType::ReasoningEnd, json!({"messageId": id}));
         }
     }
 
@@ -85,13 +86,13 @@ impl Spans {
     pub(super) fn close_messages(&mut self, out: &mut Out) {
         self.close_reply(out);
         for id in std::mem::take(&mut self.pipeline) {
-            out.push("TEXT_MESSAGE_END", json!({"messageId": id}));
+            out.push(EventType::TextMessageEnd, json!({"messageId": id}));
         }
     }
 
     fn close_reply(&mut self, out: &mut Out) {
         if let Some(id) = self.reply.take() {
-            out.push("TEXT_MESSAGE_END", json!({"messageId": id}));
+            out.push(EventType::TextMessageEnd, json!({"messageId": id}));
         }
     }
 

@@ -2,7 +2,8 @@
 //! running (they outlive a run when it ends in an interrupt: `Durable::open_steps`), and the step
 //! spans open on this run's stream (a resumed run re-opens the running ones).
 
-use super::events::Out;
+use super::out::Out;
+use crate::events::EventType;
 use serde_json::json;
 use std::collections::BTreeSet;
 
@@ -55,7 +56,7 @@ impl Steps {
     pub(super) fn end(&mut self, key: &str, out: &mut Out) {
         self.running.remove(key);
         if !self.open.iter().any(|s| s == key) {
-            out.push("STEP_STARTED", json!({"stepName": name(key)}));
+            out.push(EventType::StepStarted, json!({"stepName": name(key)}));
             self.open.push(key.to_string());
         }
         self.close_span(key, out);
@@ -74,7 +75,7 @@ impl Steps {
         let mut open = std::mem::take(&mut self.open);
         open.sort();
         for key in open {
-            out.push("STEP_FINISHED", json!({"stepName": name(&key)}));
+            out.push(EventType::StepFinished, json!({"stepName": name(&key)}));
         }
     }
 
@@ -88,7 +89,7 @@ impl Steps {
         if self.open.iter().any(|s| s == key) {
             return;
         }
-        out.push("STEP_STARTED", json!({"stepName": name(key)}));
+        out.push(EventType::StepStarted, json!({"stepName": name(key)}));
         self.open.push(key.to_string());
     }
 
@@ -96,7 +97,7 @@ impl Steps {
     fn close_span(&mut self, key: &str, out: &mut Out) {
         if let Some(pos) = self.open.iter().position(|s| s == key) {
             self.open.remove(pos);
-            out.push("STEP_FINISHED", json!({"stepName": name(key)}));
+            out.push(EventType::StepFinished, json!({"stepName": name(key)}));
         }
     }
 }

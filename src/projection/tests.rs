@@ -406,7 +406,7 @@ fn a_listed_pipeline_envelope_goes_on_as_its_own_bytes_in_a_batch_or_alone() {
     let mut p = proj();
     let mut out = Events::default();
     for f in [&batch, &single] {
-        let item = crate::frame::Item::of_result(f).unwrap();
+        let item = crate::a2a::frame::Item::of_result(f).unwrap();
         p.on_view(&item, &mut out).unwrap();
     }
     let customs: Vec<String> = out
@@ -433,7 +433,7 @@ fn a_pipeline_envelope_with_a_line_break_in_its_json_is_re_encoded_on_one_line()
     );
     let mut p = proj();
     let mut out = Events::default();
-    p.on_view(&crate::frame::Item::of_result(&f).unwrap(), &mut out)
+    p.on_view(&crate::a2a::frame::Item::of_result(&f).unwrap(), &mut out)
         .unwrap();
     let custom = out
         .iter()

@@ -1,8 +1,9 @@
 //! Tool calls: the kernel's tool updates (from `metadata.iac_code.tool` or a pipeline event) as
 //! `TOOL_CALL_*` spans, each call started, ended and answered at most once.
 
-use super::events::{versioned, Out};
-use crate::frame::{Field, LStr};
+use super::out::{versioned, Out};
+use crate::a2a::frame::{Field, LStr};
+use crate::events::EventType;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -30,7 +31,7 @@ impl ToolUpdate {
         let view = match serde_json::from_str::<Field<ToolView>>(tool.get()) {
             Ok(Field::Obj(view)) => view,
             Ok(_) => return None,
-            // A shape the view refuses (a repeated key): read as before.
+            // A shape the view refuses (a repeated key): read as a `Value`, where the last key wins.
             Err(_) => return ToolUpdate::from_iac(&serde_json::from_str(tool.get()).ok()?),
         };
         match view.status.get().unwrap_or("") {
@@ -153,7 +154,7 @@ impl Tools {
         if let Some(parent) = parent {
             fields["parentMessageId"] = json!(parent);
         }
-        out.push("TOOL_CALL_START", fields);
+        out.push(EventType::ToolCallStart, fields);
         self.calls.insert(id.to_string(), Call::default());
         self.open.push(id.to_string());
     }
@@ -163,7 +164,10 @@ impl Tools {
         if self.calls.get(id).is_some_and(|c| c.ended) {
             return;
         }
-        out.push("TOOL_CALL_ARGS", json!({"toolCallId": id, "delta": args}));
+        out.push(
+            EventType::ToolCallArgs,
+            json!({"toolCallId": id, "delta": args}),
+        );
         self.end(id, out);
     }
 
@@ -179,7 +183,7 @@ impl Tools {
         }
         call.result_sent = true;
         out.push(
-            "TOOL_CALL_RESULT",
+            EventType::ToolCallResult,
             json!({"messageId": format!("tool-result-{id}"), "toolCallId": id, "content": content, "role": "tool"}),
         );
     }
@@ -190,7 +194,7 @@ impl Tools {
             if let Some(c) = self.calls.get_mut(&id) {
                 c.ended = true;
             }
-            out.push("TOOL_CALL_END", json!({"toolCallId": id}));
+            out.push(EventType::ToolCallEnd, json!({"toolCallId": id}));
         }
     }
 
@@ -200,7 +204,7 @@ impl Tools {
             if !c.ended {
                 c.ended = true;
                 self.open.retain(|o| o != id);
-                out.push("TOOL_CALL_END", json!({"toolCallId": id}));
+                out.push(EventType::ToolCallEnd, json!({"toolCallId": id}));
             }
         }
     }

@@ -7,7 +7,7 @@ use crate::app::App;
 use crate::error::{Error, Lang, Msg};
 use crate::ids;
 use crate::input::{ResumeEntry, RunInput, UserMessage};
-use crate::store::{ActiveRun, Execution, Slot, ThreadDoc};
+use crate::store::{ActiveRun, Execution, Recorded, Slot, ThreadDoc};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -79,9 +79,9 @@ fn admit_locked(
             input.iac.user_id.as_deref(),
         ),
     };
-    let expired = expire_pending(app, &mut doc);
+    let waits = expire_pending(app, &mut doc);
     let mode = match &input.resume {
-        Some(entries) => resume_mode(&doc, &input, entries, expired)?,
+        Some(entries) => resume_mode(&doc, &input, entries, waits)?,
         None => new_turn_mode(&mut doc, &mut input)?,
     };
     doc.run_digests
@@ -102,12 +102,21 @@ fn admit_locked(
 }
 
 /// Idempotency (the run id) and binding (workspace and caller) against the stored thread.
+/// A used run id with another request; a resume that reuses one (CopilotKit keeps the interrupted
+/// run's id) is told how to give it a new one.
+fn run_id_conflict(input: &RunInput) -> Error {
+    match input.resume {
+        Some(_) => Msg::RunIdReusedByResume.err(),
+        None => Msg::RunIdConflict.err(),
+    }
+}
+
 fn check_against(doc: &ThreadDoc, input: &RunInput) -> Result<(), Error> {
     if let Some(d) = doc.run_digests.get(&input.run_id) {
         return Err(if *d == input.digest {
             Msg::DuplicateRunId.err()
         } else {
-            Msg::RunIdConflict.err()
+            run_id_conflict(input)
         });
     }
     if doc.cwd != input.iac.cwd || doc.user_id != input.iac.user_id {
@@ -121,16 +130,15 @@ fn resume_mode(
     doc: &ThreadDoc,
     input: &RunInput,
     entries: &[ResumeEntry],
-    expired: bool,
+    waits: Waits,
 ) -> Result<Mode, Error> {
     let exec = doc.execution.as_ref().ok_or_else(lost)?;
     if exec.ros_invocation_id != input.iac.ros_invocation_id {
         return Err(lost());
     }
-    Ok(if expired {
-        Mode::Expired
-    } else {
-        Mode::Resume(entries.to_vec())
+    Ok(match waits {
+        Waits::Expired => Mode::Expired,
+        Waits::Current => Mode::Resume(entries.to_vec()),
     })
 }
 
@@ -151,8 +159,8 @@ fn new_turn_mode(doc: &mut ThreadDoc, input: &mut RunInput) -> Result<Mode, Erro
         pipeline_sequence: 0,
         text_snapshot_digests: vec![],
         // Every answer of this execution carries the mode it started in.
-        run_mode: Some(input.iac.run_mode.clone()),
-        pipeline_name: Some(input.iac.pipeline_name.clone()),
+        run_mode: Recorded::Given(input.iac.run_mode),
+        pipeline_name: Recorded::Given(input.iac.pipeline_name.clone()),
     };
     // No pending input and not terminal: the run that owned it never ended. It stays recorded
     // (the cancel extension still reaches it) until the run thread repaired it.
@@ -167,18 +175,27 @@ fn new_turn_mode(doc: &mut ThreadDoc, input: &mut RunInput) -> Result<Mode, Erro
     Ok(Mode::NewTurn(message))
 }
 
-/// Expired interrupts: cleared (durably, best effort) and their task cancelled. `true` if any.
-fn expire_pending(app: &App, doc: &mut ThreadDoc) -> bool {
+/// What admission found of the thread's input waits.
+#[derive(Clone, Copy)]
+enum Waits {
+    /// None expired (or there are none).
+    Current,
+    /// One expired: the execution was closed.
+    Expired,
+}
+
+/// Expired interrupts: cleared (durably, best effort) and their task cancelled.
+fn expire_pending(app: &App, doc: &mut ThreadDoc) -> Waits {
     let now = ids::now_ms();
     let Some(exec) = &doc.execution else {
-        return false;
+        return Waits::Current;
     };
     let expired = exec
         .pending
         .values()
         .any(|p| p.expires_at_ms.is_some_and(|t| t <= now));
     if !expired {
-        return false;
+        return Waits::Current;
     }
     let task = exec.task_id.clone();
     doc.mark_terminal();
@@ -193,7 +210,7 @@ fn expire_pending(app: &App, doc: &mut ThreadDoc) -> bool {
             }
         });
     }
-    true
+    Waits::Expired
 }
 
 /// Clears the thread's active run when the run ends, however it ends.

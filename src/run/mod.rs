@@ -12,12 +12,19 @@
 
 mod admit;
 mod cancel;
+mod identity;
+mod relay;
 mod repair;
 mod resume;
 mod shutdown;
 
 pub(crate) use admit::{admit, Admitted};
 pub(crate) use cancel::cancel_execution;
+use identity::admitted_ids;
+pub(crate) use identity::{durable_of, run_ids};
+#[cfg(debug_assertions)]
+use relay::panic_if_asked;
+pub(crate) use relay::{project_next, write_events};
 pub use shutdown::shutdown;
 
 use crate::a2a::{self, A2aStream, Turn};
@@ -27,7 +34,7 @@ use crate::feed::Feed;
 use crate::ids;
 use crate::input::{RunInput, UserMessage};
 use crate::interrupts;
-use crate::projection::{Durable, End, Events, Projection, RunIds};
+use crate::projection::{End, Events, Projection, RunIds};
 use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
@@ -39,7 +46,7 @@ use std::sync::Arc;
 
 /// Runs an admitted request to its end on the calling thread, writing to `stream`.
 pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
-    let ids = run_ids(&admitted);
+    let ids = admitted_ids(&admitted);
     crate::logctx::set_execution(&ids.execution_id);
     let lang = admitted.lang;
     stream.set_tag(&ids.execution_id);
@@ -73,21 +80,6 @@ fn user_message_json(m: &UserMessage) -> Value {
         .filter_map(|p| p.get("text").and_then(Value::as_str))
         .collect();
     serde_json::json!({"id": m.id, "role": "user", "content": text})
-}
-
-fn run_ids(admitted: &Admitted) -> RunIds {
-    let execution_id = match &admitted.mode {
-        Mode::RepairThenNewTurn { next, .. } => next.execution_id.clone(),
-        _ => admitted.active.execution_id.clone(),
-    };
-    RunIds {
-        thread_id: admitted.input.thread_id.clone(),
-        run_id: admitted.input.run_id.clone(),
-        parent_run_id: admitted.input.parent_run_id.clone(),
-        execution_id,
-        context_id: admitted.doc.context_id.clone(),
-        ros_invocation_id: admitted.input.iac.ros_invocation_id.clone(),
-    }
 }
 
 /// The span state went with the panic: a fresh projection closes nothing and reports it.
@@ -144,11 +136,7 @@ impl<'a> Run<'a> {
             .in_session(a.doc.iac_code_session_id.as_deref());
         if let (Mode::Resume(_), Some(exec)) = (&a.mode, &a.doc.execution) {
             if let Some(task) = &exec.task_id {
-                let durable = Durable {
-                    pipeline_sequence: exec.pipeline_sequence,
-                    open_steps: exec.pipeline_open_steps.iter().cloned().collect(),
-                    text_digests: exec.text_snapshot_digests.iter().cloned().collect(),
-                };
+                let durable = durable_of(exec);
                 proj = proj.resuming(task, a.doc.iac_code_session_id.as_deref(), durable);
             }
         }
@@ -199,7 +187,7 @@ impl<'a> Run<'a> {
         self.stream.clear_on_close();
         let end = self.settle(end);
         self.guard.close_if_freed(&self.active.execution_id);
-        crate::metrics::run_ended(&end);
+        crate::metrics::run_ended(end.outcome());
         match end.code() {
             Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
             None => log::debug!("run {} ended", self.input.run_id),
@@ -226,12 +214,12 @@ impl<'a> Run<'a> {
             channel: iac.channel.as_deref(),
             model: iac.model.as_deref(),
             llm_api_key: iac.llm_api_key.as_deref(),
-            candidate_presentation: iac.candidate_presentation.as_deref(),
-            mode: a2a::RunMode {
-                run_mode: iac.run_mode.as_deref(),
+            candidate_presentation: iac.candidate_presentation,
+            mode: a2a::ExecutionMode {
+                run_mode: iac.run_mode,
                 pipeline_name: iac.pipeline_name.as_deref(),
             },
-            thinking: a2a::Thinking {
+            thinking: a2a::ThinkingMetadata {
                 enabled: thinking.and_then(|t| t.enabled),
                 effort: thinking.and_then(|t| t.effort.as_deref()),
                 budget: thinking.and_then(|t| t.budget),
@@ -297,12 +285,7 @@ impl<'a> Run<'a> {
         } else {
             Write::Now
         };
-        #[cfg(debug_assertions)]
-        panic_if_asked(next.item.head.status.obj().and_then(|s| {
-            let text = s.message.obj()?.parts.as_str();
-            Some(text)
-        }));
-        let end = self.proj.on_view(&next.item, &mut self.out);
+        let end = project_next(&mut self.proj, next, &mut self.out);
         self.after_item(end, write)
     }
 
@@ -484,9 +467,7 @@ impl<'a> Run<'a> {
     /// Writes the projected events (replay buffer, then client); `false` once the client is gone
     /// and the run should stop (always `true` with a detach grace: the grace decides).
     fn flush(&mut self) -> bool {
-        self.feed.push_into(&self.out, &mut self.frames);
-        let ok = self.stream.send_frames(&self.frames, self.out.len());
-        self.out.clear();
+        let ok = write_events(&self.feed, &self.stream, &mut self.out, &mut self.frames);
         ok || !self.app.config.detach_grace.is_zero()
     }
 
@@ -549,13 +530,4 @@ fn shutting_down() -> Error {
 
 fn lost() -> Error {
     Msg::ExecutionUnrecoverable.err()
-}
-
-/// Debug builds only: an agent message of exactly this text panics the run thread, so the test
-/// suite can prove a panicking run still ends with `RUN_ERROR` (tests/reliability.rs).
-#[cfg(debug_assertions)]
-fn panic_if_asked(text: Option<&str>) {
-    if text == Some("__iac_code_agui_test_panic__") {
-        panic!("test panic requested by the upstream");
-    }
 }

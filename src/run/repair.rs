@@ -2,6 +2,7 @@
 //! before the thread's next turn, so the kernel does not refuse it with "Task is already working".
 
 use super::Run;
+use crate::a2a::frame::TaskState;
 use crate::a2a::A2aClient;
 use crate::error::{Error, Msg};
 use crate::store::{ActiveRun, Execution};
@@ -52,8 +53,8 @@ fn stop_task(a2a: &A2aClient, active: &ActiveRun, task: &str) -> Result<(), Erro
         match a2a.task_state(task) {
             Ok(None) => return Ok(()),
             Ok(Some(state)) => {
-                let state = crate::projection::normalize_state(&state);
-                if !matches!(state.as_str(), "working" | "submitted") {
+                let state = TaskState::parse(&state);
+                if !matches!(state, TaskState::Working | TaskState::Submitted) {
                     return Ok(());
                 }
             }

@@ -11,12 +11,13 @@
 //!    accepted it.
 
 use super::{lost, Run, Write};
-use crate::a2a::{self, A2aStream, Rpc, RunMode, Turn};
+use crate::a2a::frame::TaskState;
+use crate::a2a::{self, A2aStream, ExecutionMode, Rpc, Turn};
 use crate::error::{Code, Error, Msg};
 use crate::ids;
 use crate::input::ResumeEntry;
 use crate::interrupts::{self, Answer};
-use crate::projection::{normalize_state, End};
+use crate::projection::End;
 use crate::store::{AppliedDigest, ThreadDoc};
 use serde_json::Value;
 use std::ops::ControlFlow::{self, Break, Continue};
@@ -146,7 +147,7 @@ impl Run<'_> {
                 return Break(End::Failed(Msg::SessionChanged.err()));
             }
         }
-        let state = normalize_state(
+        let state = TaskState::parse(
             task.pointer("/status/state")
                 .and_then(Value::as_str)
                 .unwrap_or(""),
@@ -154,8 +155,12 @@ impl Run<'_> {
         // A side wait of a pipeline (a permission inside a candidate) is answered while the task
         // is WORKING (`pendingPermissions`): any state but an end is a live wait.
         if matches!(
-            state.as_str(),
-            "completed" | "failed" | "canceled" | "cancelled" | "rejected" | "auth-required"
+            state,
+            TaskState::Completed
+                | TaskState::Failed
+                | TaskState::Canceled
+                | TaskState::Rejected
+                | TaskState::AuthRequired
         ) {
             return Break(self.terminal(End::Failed(lost())));
         }
@@ -243,7 +248,7 @@ impl Run<'_> {
                     None => return Break(End::Failed(unknown_interrupt())),
                 }
             };
-            match interrupts::answer(&pending.value, entry.cancelled, entry.payload.as_ref()) {
+            match interrupts::answer(&pending.value, entry.status, entry.payload.as_ref()) {
                 Ok(answer) => answers.push(Answered {
                     entry: entry.clone(),
                     answer,
@@ -429,20 +434,12 @@ impl Run<'_> {
             .expect("admitted runs have an execution");
         // One recorded without a mode (a state file the reference wrote): the answering
         // request's own, as the reference sends it.
-        let run_mode = match &exec.run_mode {
-            Some(m) => m.as_deref(),
-            None => options.mode.run_mode,
-        };
-        let pipeline_name = match &exec.pipeline_name {
-            Some(m) => m.as_deref(),
-            None => options.mode.pipeline_name,
-        };
         let turn = Turn::Answer {
             task_id,
             extra,
-            mode: RunMode {
-                run_mode,
-                pipeline_name,
+            mode: ExecutionMode {
+                run_mode: exec.run_mode.or(options.mode.run_mode),
+                pipeline_name: exec.pipeline_name.as_deref().or(options.mode.pipeline_name),
             },
         };
         let context = &self.doc.context_id;

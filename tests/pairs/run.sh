@@ -20,6 +20,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
+# Debian installs haproxy in /usr/sbin, outside a normal user's PATH (common.mjs spawns it by name).
+export PATH="$PATH:/usr/sbin:/sbin"
 command -v haproxy >/dev/null || { echo "haproxy not installed (apt-get install -y haproxy)" >&2; exit 1; }
 
 REAL="${PAIRS_REAL_KERNEL:-}"

@@ -19,9 +19,15 @@ CHROMIUM="${CHROMIUM:-$(command -v chromium || command -v chromium-browser || tr
 rc=0
 finish() { echo "assistant-ui: total ${SECONDS} s (install, build and scenarios), exit $rc"; }
 trap finish EXIT
+# npm ci when the lock is newer than the last install (as tests/run-all.sh does)
+npm_ci() {
+  [ "$1/node_modules/.package-lock.json" -nt "$1/package-lock.json" ] && return 0
+  (cd "$1" && timeout 240 npm ci --no-audit --no-fund --loglevel=error)
+}
 timeout --kill-after=10 "${REAL_KERNEL_SETUP_TIMEOUT:-240}" bash "$ROOT/tests/real_kernel/setup.sh"
-(cd "$EXAMPLE" && timeout 240 npm ci --no-audit --no-fund --loglevel=error && timeout 60 node build.mjs)
-(cd "$HERE" && timeout 180 npm ci --no-audit --no-fund --loglevel=error)
+npm_ci "$EXAMPLE"
+(cd "$EXAMPLE" && timeout 60 node build.mjs)
+npm_ci "$HERE"
 (cd "$ROOT" && cargo build --quiet --bin iac-code-agui)
 SHOTS="$ROOT/target/framework-screenshots/assistant-ui"
 CAPTURES="$ROOT/target/framework-captures/assistant-ui"

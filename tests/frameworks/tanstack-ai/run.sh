@@ -15,8 +15,13 @@ export VENV="${VENV:-$ROOT/target/real-kernel-venv}"
 rc=0
 finish() { echo "tanstack-ai: total ${SECONDS} s (install, build and scenarios), exit $rc"; }
 trap finish EXIT
+# npm ci when the lock is newer than the last install (as tests/run-all.sh does)
+npm_ci() {
+  [ "$1/node_modules/.package-lock.json" -nt "$1/package-lock.json" ] && return 0
+  (cd "$1" && timeout 240 npm ci --no-audit --no-fund --loglevel=error)
+}
 timeout --kill-after=10 "${REAL_KERNEL_SETUP_TIMEOUT:-240}" bash "$ROOT/tests/real_kernel/setup.sh"
-(cd "$EXAMPLE" && timeout 180 npm ci --no-audit --no-fund --loglevel=error)
+npm_ci "$EXAMPLE"
 (cd "$ROOT" && cargo build --quiet --bin iac-code-agui)
 CAPTURES="$ROOT/target/framework-captures/tanstack-ai"
 rm -rf "$CAPTURES"

@@ -1,0 +1,182 @@
+//! The user messages: each one checked, the latest one's content turned into A2A parts (text and
+//! inline images, with their size limits).
+
+use super::json::{
+    each_element, kind, missing, non_empty, not_json, object, string_field, value, wrong_type,
+    Kind, Obj,
+};
+use crate::error::{Error, Msg};
+use base64::Engine;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+pub(crate) const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_IMAGES_BYTES: usize = 10 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub(crate) struct UserMessage {
+    pub(crate) id: String,
+    pub(crate) parts: Vec<Value>,
+}
+
+/// Checks every user message and returns the latest one in A2A form. Messages are visited one
+/// at a time; only a user message's content is built.
+pub(super) fn parse_messages(messages: &RawValue) -> Result<Option<UserMessage>, Error> {
+    let mut latest = None;
+    let mut total_image_bytes = 0usize;
+    each_element(messages, |i, m| {
+        let path = format!("messages[{i}]");
+        let m = object(m, &["role", "id", "content"], &path)?.no_duplicate(&path)?;
+        let role = non_empty(&m, "role", &format!("{path}.role"))?;
+        if role != "user" {
+            return Ok(());
+        }
+        let id = non_empty(&m, "id", &format!("{path}.id"))?;
+        let content = m
+            .get("content")
+            .ok_or_else(|| missing(&format!("{path}.content")))?;
+        let parts = user_parts(content, &path, &mut total_image_bytes)?;
+        latest = Some(UserMessage { id, parts });
+        Ok(())
+    })?;
+    Ok(latest)
+}
+
+fn user_parts(content: &RawValue, path: &str, images: &mut usize) -> Result<Vec<Value>, Error> {
+    let empty = || Msg::ContentEmpty.with(&[&path]);
+    match kind(content) {
+        Kind::String => {
+            let s: String = serde_json::from_str(content.get()).map_err(|_| not_json())?;
+            if s.is_empty() {
+                return Err(empty());
+            }
+            Ok(vec![serde_json::json!({ "text": s })])
+        }
+        Kind::Array => {
+            let mut parts = Vec::new();
+            each_element(content, |j, part| {
+                parts.push(content_part(part, &format!("{path}.content[{j}]"), images)?);
+                Ok(())
+            })?;
+            if parts.is_empty() {
+                return Err(empty());
+            }
+            Ok(parts)
+        }
+        _ => Err(wrong_type(
+            &format!("{path}.content"),
+            Msg::MustBeStringOrParts,
+        )),
+    }
+}
+
+fn content_part(part: &RawValue, path: &str, images: &mut usize) -> Result<Value, Error> {
+    let obj = object(part, &["type", "text", "source", "metadata"], path)?.no_duplicate(path)?;
+    let kind_of = non_empty(&obj, "type", &format!("{path}.type"))?;
+    match kind_of.as_str() {
+        "text" => {
+            let text = string_field(&obj, "text", &format!("{path}.text"))?
+                .ok_or_else(|| missing(&format!("{path}.text")))?;
+            Ok(serde_json::json!({ "text": text }))
+        }
+        "image" => image_part(&obj, path, images),
+        other => Err(Msg::PartUnsupported.with(&[&path, &other])),
+    }
+}
+
+fn image_part(obj: &Obj, path: &str, images: &mut usize) -> Result<Value, Error> {
+    let source_path = format!("{path}.source");
+    let source = object(
+        obj.get("source").ok_or_else(|| missing(&source_path))?,
+        &["type", "mimeType", "value"],
+        &source_path,
+    )?
+    .no_duplicate(&source_path)?;
+    let source_type = match source.get("type") {
+        Some(raw) if kind(raw) == Kind::String => Some(value(raw)?),
+        _ => None,
+    };
+    if source_type.as_ref().and_then(Value::as_str) != Some("data") {
+        return Err(Msg::ImageNotInline.with(&[&path]));
+    }
+    let mime = non_empty(&source, "mimeType", &format!("{path}.source.mimeType"))?;
+    if !mime.starts_with("image/") {
+        return Err(wrong_type(
+            &format!("{path}.source.mimeType"),
+            Msg::MustBeImageType,
+        ));
+    }
+    let data = non_empty(&source, "value", &format!("{path}.source.value"))?;
+    let decoded_len = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|_| wrong_type(&format!("{path}.source.value"), Msg::MustBeBase64))?
+        .len();
+    if decoded_len > MAX_IMAGE_BYTES {
+        return Err(Msg::ImageTooLarge.with(&[&path, &(MAX_IMAGE_BYTES >> 20)]));
+    }
+    *images += decoded_len;
+    if *images > MAX_IMAGES_BYTES {
+        return Err(Msg::ImagesTooLarge.with(&[&(MAX_IMAGES_BYTES >> 20)]));
+    }
+    // The base64 text moves into the part (no copy unless it had surrounding blanks).
+    let data = if data.trim().len() == data.len() {
+        data
+    } else {
+        data.trim().to_string()
+    };
+    let mut raw = serde_json::json!({ "raw": data, "mediaType": mime });
+    if let Some(name) = obj
+        .get("metadata")
+        .and_then(|m| object(m, &["filename"], "").ok())
+        .and_then(|m| m.get("filename"))
+        .filter(|f| kind(f) == Kind::String)
+        .map(value)
+        .transpose()?
+    {
+        raw["filename"] = name;
+    }
+    Ok(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::fixtures::{base, err_of, parse};
+    use serde_json::json;
+
+    #[test]
+    fn only_text_and_inline_images_are_accepted() {
+        let img = base64::engine::general_purpose::STANDARD.encode([1u8, 2, 3]);
+        let mut v = base();
+        v["messages"][0]["content"] = json!([
+            {"type": "text", "text": "look"},
+            {"type": "image", "source": {"type": "data", "value": img, "mimeType": "image/png"}}
+        ]);
+        let parts = parse(&v).unwrap().user_message.unwrap().parts;
+        assert_eq!(parts[1], json!({"raw": img, "mediaType": "image/png"}));
+        for part in [
+            json!({"type": "image", "source": {"type": "url", "value": "http://x/y.png"}}),
+            json!({"type": "audio", "source": {"type": "data", "value": "AA==", "mimeType": "audio/wav"}}),
+            json!({"type": "video", "source": {"type": "data", "value": "AA==", "mimeType": "video/mp4"}}),
+            json!({"type": "document", "source": {"type": "data", "value": "AA==", "mimeType": "application/pdf"}}),
+            json!({"type": "binary", "mimeType": "application/octet-stream", "data": "AA=="}),
+            json!({"type": "image", "source": {"type": "data", "value": "!!!", "mimeType": "image/png"}}),
+        ] {
+            let e = err_of(|v| v["messages"][0]["content"] = json!([part.clone()]));
+            assert!(e.contains("content[0]"), "{part}: {e}");
+        }
+    }
+
+    #[test]
+    fn image_size_limits() {
+        let big = base64::engine::general_purpose::STANDARD.encode(vec![0u8; MAX_IMAGE_BYTES + 1]);
+        let e = err_of(
+            |v| v["messages"][0]["content"] = json!([{"type": "image", "source": {"type": "data", "value": big, "mimeType": "image/png"}}]),
+        );
+        assert!(e.contains("8 MiB"), "{e}");
+        let six = base64::engine::general_purpose::STANDARD.encode(vec![0u8; 6 * 1024 * 1024]);
+        let img = json!({"type": "image", "source": {"type": "data", "value": six, "mimeType": "image/png"}});
+        let e = err_of(|v| v["messages"][0]["content"] = json!([img.clone(), img.clone()]));
+        assert!(e.contains("10 MiB"), "{e}");
+    }
+}

@@ -1,0 +1,158 @@
+//! The heartbeat: one thread for every open stream. It wakes on a timer channel, writes
+//! `: heartbeat` to each stream idle for the interval, and so notices a client that went away
+//! while the upstream is silent (its FIN, a failed write, or a heartbeat not taken for the write
+//! timeout), which fires the stream's close hook.
+//!
+//! It never waits on one stream: it skips a stream whose run thread is writing (that write has
+//! the socket's write timeout), and its own writes never block (`MSG_DONTWAIT`; what the socket
+//! does not take is kept and sent before anything else).
+
+use super::writer::{Inner, SseStream};
+use crate::sse;
+use crossbeam_channel::{tick, Receiver};
+use parking_lot::Mutex;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// The heartbeat timer: one thread for all streams.
+#[derive(Clone)]
+pub struct Heartbeats {
+    streams: Arc<Mutex<Vec<Weak<SseStream>>>>,
+}
+
+impl Heartbeats {
+    pub fn start(interval: Duration) -> Heartbeats {
+        let hb = Heartbeats {
+            streams: Arc::new(Mutex::new(Vec::new())),
+        };
+        let streams = hb.streams.clone();
+        let period = (interval / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let ticks = tick(period);
+        std::thread::Builder::new()
+            .name("heartbeat".into())
+            .spawn(move || beat(&streams, &ticks, interval))
+            .expect("spawn heartbeat thread");
+        hb
+    }
+
+    pub(crate) fn register(&self, stream: &Arc<SseStream>) {
+        self.streams.lock().push(Arc::downgrade(stream));
+    }
+}
+
+fn beat(streams: &Mutex<Vec<Weak<SseStream>>>, ticks: &Receiver<Instant>, interval: Duration) {
+    while ticks.recv().is_ok() {
+        let live: Vec<Arc<SseStream>> = {
+            let mut list = streams.lock();
+            list.retain(|w| w.strong_count() > 0);
+            list.iter().filter_map(Weak::upgrade).collect()
+        };
+        for s in live {
+            if !s.is_closed() {
+                s.heartbeat_if_idle(interval);
+            }
+        }
+    }
+}
+
+impl SseStream {
+    /// One heartbeat-thread visit: notices a client that closed its end, writes a heartbeat if
+    /// nothing was written for `interval`, never blocks. `false`: the client is gone.
+    pub(crate) fn heartbeat_if_idle(&self, interval: Duration) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        if self.peer_closed() {
+            log::debug!("client closed its end of the stream");
+            self.mark_closed();
+            return false;
+        }
+        // A busy stream is being written by its run thread, whose write has its own timeout.
+        let Some(mut inner) = self.inner.try_lock() else {
+            return true;
+        };
+        if self.is_closed() {
+            return false;
+        }
+        let ok = if !inner.backlog.is_empty() {
+            self.drain(&mut inner)
+        } else if inner.last_write.elapsed() >= interval {
+            let mut frame = Vec::with_capacity(32);
+            self.frame_into(&mut frame, sse::HEARTBEAT);
+            inner.backlog = frame;
+            inner.stalled_since = Some(Instant::now());
+            inner.last_write = Instant::now();
+            crate::metrics::heartbeat_sent();
+            self.drain(&mut inner)
+        } else {
+            true
+        };
+        drop(inner);
+        if !ok {
+            self.mark_closed();
+        }
+        ok
+    }
+
+    /// Sends what the socket takes of the backlog now. `false`: the client is gone, or has taken
+    /// nothing for the write timeout.
+    fn drain(&self, inner: &mut Inner) -> bool {
+        let Some(socket) = &self.socket else {
+            // No socket (unit tests): a plain write.
+            let ok = inner
+                .out
+                .write_all(&inner.backlog)
+                .and_then(|_| inner.out.flush());
+            inner.backlog.clear();
+            inner.stalled_since = None;
+            return ok.is_ok();
+        };
+        while !inner.backlog.is_empty() {
+            match send_nonblocking(socket, &inner.backlog) {
+                Ok(0) => break,
+                Ok(n) => {
+                    inner.backlog.drain(..n);
+                    inner.stalled_since = Some(Instant::now());
+                }
+                Err(_) => return false,
+            }
+        }
+        if inner.backlog.is_empty() {
+            inner.stalled_since = None;
+            return true;
+        }
+        let stalled = inner
+            .stalled_since
+            .is_some_and(|t| t.elapsed() >= self.write_timeout);
+        if stalled {
+            log::info!(
+                "client took no bytes for {:?}; dropping it",
+                self.write_timeout
+            );
+        }
+        !stalled
+    }
+}
+
+/// `send(2)` with `MSG_DONTWAIT`: `Ok(0)` when the socket takes nothing now.
+fn send_nonblocking(socket: &TcpStream, buf: &[u8]) -> std::io::Result<usize> {
+    // SAFETY: send(2) from a live slice on our own socket; MSG_NOSIGNAL: no SIGPIPE.
+    let n = unsafe {
+        libc::send(
+            socket.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n >= 0 {
+        return Ok(n as usize);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+        _ => Err(e),
+    }
+}
