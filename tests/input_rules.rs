@@ -1,4 +1,4 @@
-//! What a request must be before a run starts (src/input.rs, the request checks of src/http.rs),
+//! What a request must be before a run starts (src/input/, the request checks of src/http/),
 //! over real HTTP against the fake kernel: the body's size, media type and JSON; the envelope's
 //! fields (a 400 in the client's language); the run id's length and a thread id of any length;
 //! the cwd (inside the allowed roots, through no symlink out of them, without control
@@ -356,4 +356,25 @@ fn the_bearer_scheme_is_case_insensitive() {
     ] {
         assert_eq!(status(bad), 401, "{bad}");
     }
+}
+
+#[test]
+fn a_forwarded_prop_beside_iac_code_is_refused_by_name_with_where_frameworks_put_it() {
+    let (k, a) = setup();
+    let mut body = a.request("t-fwd", "r1", "hi");
+    body["forwardedProps"]["model"] = json!("qwen-max");
+    let r = a.run(&body);
+    assert_eq!((r.status, r.error_code()), (400, "INVALID_INPUT"));
+    let message = r.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`model`"), "{message}");
+    assert!(message.contains("forwardedProps.iacCode"), "{message}");
+    assert!(message.contains("TanStack AI"), "{message}");
+    body["forwardedProps"]["iacCode"]["preferredLanguage"] = json!("zh-CN");
+    let zh = a.run(&body);
+    let message = zh.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("只能包含 `iacCode`"), "{message}");
+    // Nothing reached the kernel, and the thread takes the same run id once the request is right.
+    assert!(k.calls("SendStreamingMessage").is_empty());
+    let ok = a.run(&a.request("t-fwd", "r1", "hi"));
+    assert_eq!(ok.last()["outcome"]["type"], "success");
 }

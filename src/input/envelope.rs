@@ -94,6 +94,11 @@ fn parse_envelope(root_raw: &RawValue, allowed_cwds: &[PathBuf]) -> Result<RunIn
         "forwardedProps",
     )?
     .no_duplicate("forwardedProps")?;
+    // Only `iacCode` (the reference's rule): a setting a framework puts beside it (a model, a
+    // temperature) would otherwise be ignored while the user believes it applies.
+    if let Some(key) = forwarded.unknown_key() {
+        return Err(Msg::ForwardedPropsOnlyIacCode.with(&[&key]));
+    }
     let iac_raw = forwarded
         .get("iacCode")
         .ok_or_else(|| missing("forwardedProps.iacCode"))?;

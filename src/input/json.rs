@@ -56,6 +56,11 @@ impl<'a> Obj<'a> {
         self.fields.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
 
+    /// The first key the object holds beyond the known ones.
+    pub(super) fn unknown_key(&self) -> Option<&str> {
+        self.unknown.as_deref()
+    }
+
     /// The strict form: no unknown and no repeated key.
     pub(super) fn strict(self, path: &str) -> Result<Obj<'a>, Error> {
         if let Some(k) = &self.unknown {

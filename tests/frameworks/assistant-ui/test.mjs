@@ -230,7 +230,7 @@ const scenarios = {
   },
 
   // Not the contrib setup (misconfigured.jsx): what a page that uses assistant-ui's own tools,
-  // instructions and call settings sends, and what it shows. Reported (NOTE); the envelope
+  // instructions and call settings sends, and what it shows: each refused by name (400), reported (NOTE); the envelope
   // check below leaves these requests out.
   async misconfigured() {
     const { build } = await import(path.join(EXAMPLE, "node_modules/esbuild/lib/main.js"));
@@ -263,6 +263,10 @@ const scenarios = {
       notes.push(`${tool === "1" ? "with a frontend tool" : "instructions + callSettings"}: tools [${r.body.tools.map((t) => t.name)}], ` +
         `context ${JSON.stringify(r.body.context)}, forwardedProps keys [${Object.keys(r.body.forwardedProps)}] -> HTTP ${r.status}` +
         `${r.answer ? ` ${r.answer}` : ""}; the page shows "${shown.slice(0, 160)}"`);
+      // Each is refused by name: a frontend tool, or a call setting beside iacCode in forwardedProps.
+      if (r.status !== 400 || !/may hold only `iacCode`|`tools` must be an empty array/.test(r.answer || "")) {
+        throw new Error(`${sub}: expected a 400 naming the setting, got HTTP ${r.status} ${r.answer || ""}`);
+      }
       await page.close();
     }
     return `NOTE ${notes.join(" || ")}`;

@@ -348,7 +348,7 @@ scenario("misconfigured runtime: a resume with CopilotKit's own runId is refused
 
 // What a misconfigured page makes CopilotKit send, posted to the runtime as CopilotKit's client
 // posts it: the error the page then gets (RUN_ERROR through the runtime) names what to change.
-scenario("misconfigured page: frontend tools and a page-chosen cwd are refused by name; another forwardedProps key is ignored", async () => {
+scenario("misconfigured page: frontend tools and a page-chosen cwd and another forwardedProps key are refused by name", async () => {
   const post = async (patch) => {
     const threadId = `ck-page-${randomUUID()}`;
     const body = { threadId, runId: randomUUID(), state: {}, context: [], tools: [],
@@ -364,11 +364,9 @@ scenario("misconfigured page: frontend tools and a page-chosen cwd are refused b
   const cases = [
     ["tools", { tools: [tool] }, /tools/],
     ["iacCode.cwd", { forwardedProps: { iacCode: { cwd: "/etc" } } }, /forwardedProps\.iacCode\.cwd is set by the CopilotKit runtime/],
+    // Only iacCode (the reference's rule): the adapter names the key and where frameworks put it.
+    ["another forwardedProps key", { forwardedProps: { iacCode: { preferredLanguage: "en" }, other: 1 } }, /forwardedProps` may hold only `iacCode`; got `other`.*CopilotKit/],
   ];
-  // another forwardedProps key: the spec makes only iacCode strict; the adapter ignores the rest
-  const other = await post({ forwardedProps: { iacCode: { preferredLanguage: "en" }, other: 1 } });
-  check(!other.error && other.adapter?.status === 200, `another forwardedProps key: ${JSON.stringify(other.error || other.adapter?.response)}`);
-  note(`page with another forwardedProps key: runtime → adapter forwardedProps ${JSON.stringify(Object.keys(other.adapter.body.forwardedProps))} → HTTP 200, the turn runs (the key is ignored)`);
   for (const [what, patch, expect] of cases) {
     const r = await post(patch);
     check(r.error, `${what}: no RUN_ERROR (HTTP ${r.status})`);

@@ -175,7 +175,9 @@ const scenarios = {
     const b = make("misconfigured-body", { body: { model: "another-model" } });
     await b.iac.send(`Describe a VPC template. [[cwd=${b.cwd}]]`);
     const rb = posts(b.iac.threadId)[0];
-    notes.push(`ChatClient body {model} -> forwardedProps keys [${Object.keys(rb.body.forwardedProps)}], HTTP ${rb.status}, chat status ${b.iac.chat.getStatus()} (the key is ignored)`);
+    notes.push(`ChatClient body {model} -> forwardedProps keys [${Object.keys(rb.body.forwardedProps)}], HTTP ${rb.status}, chat status ${b.iac.chat.getStatus()}`);
+    // Only iacCode in forwardedProps: the refusal names the key and where TanStack put it.
+    assert.equal(rb.status, 400);
     misconfiguredThreads.push(a.iac.threadId, b.iac.threadId);
     return `NOTE ${notes.join(" | ")}`;
   },
