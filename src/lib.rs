@@ -80,6 +80,7 @@ pub(crate) mod interrupts;
 pub mod kernel;
 pub(crate) mod lang;
 pub mod logctx;
+pub mod memory;
 pub(crate) mod messages;
 pub(crate) mod metrics;
 pub(crate) mod modes;

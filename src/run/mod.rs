@@ -38,10 +38,10 @@ use crate::projection::{End, Events, Projection, RunIds};
 use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
-use cancel::cancel_once;
+use cancel::{cancel_once, stop_soon};
 use parking_lot::Mutex;
 use serde_json::Value;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Runs an admitted request to its end on the calling thread, writing to `stream`.
@@ -52,14 +52,13 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     stream.set_tag(&ids.execution_id);
     let feed = app.feeds.open(&ids.execution_id);
     feed.watch();
-    if let Mode::NewTurn(m) | Mode::RepairThenNewTurn { message: m, .. } = &admitted.mode {
-        feed.set_user(user_message_json(m));
-    }
     let live = Arc::new(LiveRun {
         stream: stream.clone(),
         active: Mutex::new(admitted.active.clone()),
         ids: ids.clone(),
         lang,
+        upstream: app.a2a.for_run(),
+        ended: AtomicBool::new(false),
     });
     app.runs.register(&live);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -69,17 +68,24 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     if outcome.is_err() {
         end_after_panic(ids.clone(), lang, stream, &feed);
     }
+    live.ended.store(true, Ordering::SeqCst);
     app.feeds.ended(&ids.execution_id, &feed);
 }
 
-/// The user's message as a join's snapshot shows it (its text parts).
-fn user_message_json(m: &UserMessage) -> Value {
-    let text: String = m
-        .parts
-        .iter()
-        .filter_map(|p| p.get("text").and_then(Value::as_str))
-        .collect();
-    serde_json::json!({"id": m.id, "role": "user", "content": text})
+/// The user's message as a join's snapshot shows it (its text parts), its text moved out of the
+/// A2A message once that is serialized: the one copy of a large message the run keeps.
+fn user_message_json(id: &str, message: &mut Value) -> Value {
+    let mut texts = message["parts"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| match p.get_mut("text") {
+            Some(Value::String(t)) => Some(std::mem::take(t)),
+            _ => None,
+        });
+    let mut text = texts.next().unwrap_or_default();
+    texts.for_each(|t| text.push_str(&t));
+    serde_json::json!({"id": id, "role": "user", "content": text})
 }
 
 /// The span state went with the panic: a fresh projection closes nothing and reports it.
@@ -176,9 +182,9 @@ impl<'a> Run<'a> {
         self.proj.start(&mut self.out);
         self.flush();
         let end = match mode {
-            Mode::NewTurn(message) => self.new_turn(&message),
+            Mode::NewTurn(message) => self.new_turn(message),
             Mode::RepairThenNewTurn { next, message } => match self.repair(next) {
-                Ok(()) => self.new_turn(&message),
+                Ok(()) => self.new_turn(message),
                 Err(e) => End::Failed(e),
             },
             Mode::Resume(entries) => self.resume(&entries),
@@ -234,19 +240,25 @@ impl<'a> Run<'a> {
     }
 
     /// Sends the user's message and reads the task to its next end.
-    fn new_turn(&mut self, message: &UserMessage) -> End {
+    /// The message is serialized once, its text then moved to the replay buffer (a join's
+    /// snapshot), and only the bytes go out: one copy of a large message besides the text.
+    fn new_turn(&mut self, message: UserMessage) -> End {
         if self.app.runs.stopping() {
             return self.terminal(End::Failed(shutting_down()));
         }
-        let message = a2a::user_message(
-            &message.id,
-            &message.parts,
+        let UserMessage { id, parts } = message;
+        let mut message = a2a::user_message(
+            &id,
+            parts,
             &self.doc.context_id,
             &self.turn_options(),
             Turn::New,
         );
+        let body = a2a::streaming_body(&message);
+        self.feed.set_user(user_message_json(&id, &mut message));
+        drop(message);
         self.cancel_on_disconnect();
-        let mut upstream = match self.app.a2a.send_streaming(&message) {
+        let mut upstream = match self.live.upstream.send_streaming_body(body) {
             Ok(s) => s,
             Err(e) => return self.terminal(End::Failed(e)),
         };
@@ -509,10 +521,13 @@ impl<'a> Run<'a> {
     /// task is known: the kernel may take seconds to wind a cancelled task down, and the thread's
     /// next turn waits for that itself (bounded, `repair.rs`), so it is neither refused as
     /// `THREAD_BUSY` nor sent while the old task still runs. From then on this run saves nothing.
+    /// A kernel that never ends the stream does not hold the run: its connection is shut down
+    /// after a grace (`cancel::stop_soon`), and the run ends and frees the thread on its own.
     fn stopper(&self) -> Arc<dyn Fn() + Send + Sync> {
         let a2a = self.app.a2a.clone();
         let active = self.active.clone();
         let slot = self.guard.handle();
+        let live = Arc::downgrade(&self.live);
         Arc::new(move || {
             active.cancelled.store(true, Ordering::SeqCst);
             if active.task_id.lock().is_some() {
@@ -520,6 +535,9 @@ impl<'a> Run<'a> {
             }
             let (a2a, active) = (a2a.clone(), active.clone());
             std::thread::spawn(move || cancel_once(&a2a, &active));
+            if let Some(live) = live.upgrade() {
+                stop_soon(live);
+            }
         })
     }
 }
