@@ -40,6 +40,8 @@ pub(crate) struct LiveRun {
     /// The run's own A2A connections ([`A2aClient::for_run`]): a Stop or a client that left shuts
     /// them down when the kernel does not end the stream itself.
     pub(crate) upstream: A2aClient,
+    /// Set when `upstream` was shut down before the kernel ended the stream.
+    pub(crate) upstream_cut: AtomicBool,
     /// Set once the run's thread is done with it (its stream ended, its thread freed).
     pub(crate) ended: AtomicBool,
 }

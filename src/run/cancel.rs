@@ -143,6 +143,7 @@ pub(super) fn stop_soon(live: Arc<LiveRun>) {
                     live.ids.run_id,
                     UPSTREAM_GRACE
                 );
+                live.upstream_cut.store(true, Ordering::SeqCst);
                 live.upstream.stop();
                 upstream_stopped = true;
             }
@@ -161,6 +162,7 @@ pub(super) fn stop_soon(live: Arc<LiveRun>) {
                 live.ids.run_id,
                 STOP_BOUND
             );
+            live.upstream_cut.store(true, Ordering::SeqCst);
             live.upstream.stop();
             live.stream.shut();
         }

@@ -58,6 +58,7 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
         ids: ids.clone(),
         lang,
         upstream: app.a2a.for_run(),
+        upstream_cut: AtomicBool::new(false),
         ended: AtomicBool::new(false),
     });
     app.runs.register(&live);
@@ -398,6 +399,9 @@ impl<'a> Run<'a> {
 
     /// Records that the execution ended (best effort: the end is announced either way).
     fn terminal(&mut self, end: End) -> End {
+        if self.left_running() {
+            return end;
+        }
         self.doc.mark_terminal();
         if let Err(e) = self.save() {
             log::error!("cannot record the end of run {}: {e}", self.input.run_id);
@@ -461,7 +465,7 @@ impl<'a> Run<'a> {
         let exec = self.execution();
         let open = !exec.pending.is_empty() || exec.task_id.is_some();
         let id = exec.execution_id.clone();
-        if open || !self.doc.is_terminal(&id) {
+        if (open || !self.doc.is_terminal(&id)) && !self.left_running() {
             self.cancel_upstream();
             self.doc.mark_terminal();
             if let Err(e) = self.save() {
@@ -481,6 +485,22 @@ impl<'a> Run<'a> {
     fn flush(&mut self) -> bool {
         let ok = write_events(&self.feed, &self.stream, &mut self.out, &mut self.frames);
         ok || !self.app.config.detach_grace.is_zero()
+    }
+
+    /// The run's upstream was cut (`cancel::stop_soon`) before the kernel said the task ended:
+    /// the execution stays recorded as running, so the thread's next turn stops it first
+    /// (`repair.rs`: cancel, wait, bounded), or answers the retryable `A2A_UNAVAILABLE` when it
+    /// cannot, rather than sending a turn the kernel would refuse as "already working".
+    fn left_running(&self) -> bool {
+        let known = self.proj.task_id().is_some();
+        if known && self.live.upstream_cut.load(Ordering::SeqCst) {
+            log::warn!(
+                "run {}: its task may still run upstream; the next turn stops it first",
+                self.input.run_id
+            );
+            return true;
+        }
+        false
     }
 
     fn execution(&mut self) -> &mut Execution {
