@@ -772,3 +772,75 @@ fn a_rejected_chunked_body_is_not_parsed_as_the_next_request() {
     );
     eprintln!("closed after the 415: {closed}");
 }
+
+/// Bare-LF line ends are refused at once (400), not held until the head deadline (60 s here):
+/// the choice and its reason are in contrib/vendor/tiny_http/PATCHES.md (8).
+#[test]
+fn a_bare_lf_head_gets_a_prompt_400() {
+    let a = start_alone(&[("--header-timeout", "60")]);
+    for (req, what) in [
+        (
+            &b"GET /health HTTP/1.1\nHost: 127.0.0.1\n\n"[..],
+            "all bare LF",
+        ),
+        (
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\n\r\n",
+            "one bare LF",
+        ),
+        (
+            b"\n\nGET /health HTTP/1.1\r\n\r\n",
+            "bare LF before the request line",
+        ),
+    ] {
+        let started = Instant::now();
+        expect_status_and_close(&a.url, req, 400, what);
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "{what}: answered after {took:?}"
+        );
+    }
+}
+
+/// RFC 9112 §2.2: a server should skip at least one empty line before the request line; one is.
+#[test]
+fn one_empty_line_before_the_request_line_is_skipped() {
+    let a = start_alone(&[]);
+    let mut req = b"\r\n".to_vec();
+    req.extend_from_slice(&head("GET", "/health", &["Connection: close"]));
+    let (r, _) = answer_and_close(&a.url, &req);
+    let r = r.expect("an answer");
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(r.json()["status"], "ok");
+}
+
+/// Two different credentials in one request are refused (400) before auth; an identical repeat
+/// is one credential.
+#[test]
+fn differing_authorization_headers_are_400() {
+    let a = start_opts(
+        &format!("http://127.0.0.1:{}", free_port()),
+        &[],
+        Options {
+            auth_token: Some("s3cret".into()),
+            ..Default::default()
+        },
+    );
+    let two = [
+        "Authorization: Bearer s3cret",
+        "Authorization: Bearer other",
+    ];
+    expect_status_and_close(
+        &a.url,
+        &head("GET", "/metrics", &two),
+        400,
+        "two credentials",
+    );
+    let same = [
+        "Authorization: Bearer s3cret",
+        "Authorization: Bearer s3cret",
+        "Connection: close",
+    ];
+    let (r, _) = answer_and_close(&a.url, &head("GET", "/metrics", &same));
+    assert_eq!(r.expect("an answer").status, 200, "an identical repeat");
+}
