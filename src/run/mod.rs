@@ -86,7 +86,12 @@ fn user_message_json(id: &str, message: &mut Value) -> Value {
         });
     let mut text = texts.next().unwrap_or_default();
     texts.for_each(|t| text.push_str(&t));
-    serde_json::json!({"id": id, "role": "user", "content": text})
+    // Built field by field: `json!` would copy the text.
+    let mut user = serde_json::Map::new();
+    user.insert("id".into(), Value::from(id));
+    user.insert("role".into(), Value::from("user"));
+    user.insert("content".into(), Value::String(text));
+    Value::Object(user)
 }
 
 /// The span state went with the panic: a fresh projection closes nothing and reports it.
