@@ -607,6 +607,54 @@ fn a_twelve_mib_state_body_costs_a_few_times_its_size() {
     );
 }
 
+/// Issue 29: rounds of concurrent 11 MiB user messages cost at most 2× the input in flight at
+/// their peak (asserted with room: 3×), and the memory goes back after each round (within 20 MiB
+/// of the start, checked for up to 10 s), round after round. The figures are benches/REPORT.md's
+/// section 9 (`BENCH_ONLY=large`).
+#[test]
+fn concurrent_large_messages_give_their_memory_back_round_after_round() {
+    const N: usize = 4;
+    const BYTES: usize = 11 * 1024 * 1024;
+    let k = FakeKernel::start();
+    let a = start(&k.url, &[("--body-timeout", "30")]);
+    assert_eq!(a.run(&a.request("t-warm", "r1", "hi")).status, 200);
+    let pid = a.pid();
+    let start_kb = proc_kb(pid, "VmRSS");
+    let text = "a large pasted log line, ".repeat(BYTES / 25 + 1)[..BYTES].to_string();
+    let a = Arc::new(a);
+    for round in 0..3 {
+        let reset = reset_hwm(pid);
+        let runs: Vec<_> = (0..N)
+            .map(|i| {
+                let (a, text) = (a.clone(), text.clone());
+                std::thread::spawn(move || {
+                    let r = a.run(&a.request(&format!("t-large-{round}-{i}"), "r1", &text));
+                    r.status == 200 && r.last()["outcome"]["type"] == "success"
+                })
+            })
+            .collect();
+        assert!(
+            runs.into_iter().all(|r| r.join().unwrap()),
+            "a large run failed"
+        );
+        let peak = proc_kb(pid, "VmHWM").saturating_sub(start_kb);
+        let input_kb = (N * BYTES / 1024) as u64;
+        eprintln!(
+            "round {round}: peak +{peak} kB = {:.2}× the input (VmHWM reset: {reset})",
+            peak as f64 / input_kb as f64
+        );
+        if reset {
+            assert!(
+                peak < 3 * input_kb,
+                "round {round}: peak +{peak} kB ≥ 3× {input_kb} kB"
+            );
+        }
+        let back = eventually(10, || proc_kb(pid, "VmRSS") < start_kb + 20 * 1024);
+        let now = proc_kb(pid, "VmRSS");
+        assert!(back, "round {round}: RSS {now} kB, start {start_kb} kB");
+    }
+}
+
 // ---- 4. bounded state and work ------------------------------------------------------------------
 
 #[test]
