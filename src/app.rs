@@ -37,6 +37,19 @@ pub(crate) struct LiveRun {
     pub(crate) active: Mutex<Arc<ActiveRun>>,
     pub(crate) ids: RunIds,
     pub(crate) lang: Lang,
+    /// The run's own A2A connections ([`A2aClient::for_run`]): a Stop or a client that left shuts
+    /// them down when the kernel does not end the stream itself.
+    pub(crate) upstream: A2aClient,
+    /// Set when `upstream` was shut down before the kernel ended the stream.
+    pub(crate) upstream_cut: AtomicBool,
+    /// Set once the run's thread is done with it (its stream ended, its thread freed).
+    pub(crate) ended: AtomicBool,
+}
+
+impl LiveRun {
+    pub(crate) fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
 }
 
 impl Runs {
@@ -59,6 +72,13 @@ impl Runs {
         runs.iter()
             .filter(|r| r.ids.thread_id == thread_id)
             .any(|r| r.stream.check_client())
+    }
+
+    /// The run in progress of `execution_id`, if any.
+    pub(crate) fn find(&self, execution_id: &str) -> Option<Arc<LiveRun>> {
+        let runs: Vec<_> = self.live.lock().iter().filter_map(Weak::upgrade).collect();
+        runs.into_iter()
+            .find(|r| r.active.lock().execution_id == execution_id && !r.has_ended())
     }
 
     /// Lists a run until its last handle is dropped.

@@ -176,8 +176,20 @@ impl Feed {
     }
 
     /// The user's message of the turn, for a join's snapshot.
+    /// It counts towards the fold's cap like the events: a message larger than the replay
+    /// buffer is not kept for the rest of the run (a join then asks the kernel, as for a turn
+    /// that outgrew the cap), so a 12 MiB paste is not held twice while the run streams.
     pub(crate) fn set_user(&self, message: Value) {
-        if let Some(fold) = self.state.lock().fold.as_mut() {
+        let mut st = self.state.lock();
+        let bytes = message["content"].as_str().map_or(0, str::len);
+        st.fold_bytes += bytes;
+        if st.fold_bytes > st.cap && st.fold.is_some() {
+            log::info!(
+                "the user's message outgrew the replay buffer cap; a join will ask the kernel"
+            );
+            st.fold = None;
+        }
+        if let Some(fold) = st.fold.as_mut() {
             fold.set_user(message);
         }
     }

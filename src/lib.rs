@@ -35,6 +35,7 @@
 //! | `messages` | the one catalogue of user-visible messages (code, status, a sentence per language) |
 //! | `code`, `lang` | the spec's error codes; the seven languages and the one language decision |
 //! | `ids`, `events`, `modes` | ids, digests, clocks; AG-UI event types and serialised events; the client's `runMode` and `candidatePresentation` |
+//! | [`memory`] | glibc told to give memory back (start-up thresholds, a trim after a large request) |
 //!
 //! The projection can be driven without sockets:
 //!
@@ -80,6 +81,7 @@ pub(crate) mod interrupts;
 pub mod kernel;
 pub(crate) mod lang;
 pub mod logctx;
+pub mod memory;
 pub(crate) mod messages;
 pub(crate) mod metrics;
 pub(crate) mod modes;

@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn main() {
+    // Before any thread: large blocks in mappings of their own, freed memory given back.
+    iac_code_agui::memory::tune();
     let config = parse_command_line();
     init_logging(&config);
     install_signal_handlers();

@@ -84,6 +84,7 @@ pub enum Msg {
     // Admission and the run (src/run/).
     ThreadBusy,
     ThreadDetached,
+    ThreadStopping,
     DuplicateRunId,
     RunIdConflict,
     /// A resume reusing a run id (CopilotKit keeps the interrupted run's id).
@@ -744,6 +745,15 @@ impl Msg {
                 "このスレッドの run はクライアントが離れた後も続いています（猶予期間）。subscribe ルートで再接続するか、終了するまでお待ちください。",
                 "A execução da thread continua sem o seu cliente (período de tolerância): reconecte-se pela rota subscribe ou aguarde até que termine.",
             ]),
+            Msg::ThreadStopping => (ThreadBusy, None, [
+                "The thread's previous run was cancelled and is still being stopped; retry in a few seconds.",
+                "该 thread 的上一个 run 已取消，仍在停止中；请在几秒后重试。",
+                "La ejecución anterior del hilo se canceló y aún se está deteniendo; reinténtelo en unos segundos.",
+                "L'exécution précédente du fil a été annulée et est encore en cours d'arrêt ; réessayez dans quelques secondes.",
+                "Der vorherige Lauf des Threads wurde abgebrochen und wird noch beendet; bitte in einigen Sekunden erneut versuchen.",
+                "このスレッドの前の run はキャンセルされ、まだ停止処理中です。数秒後にもう一度お試しください。",
+                "A execução anterior da thread foi cancelada e ainda está sendo parada; tente novamente em alguns segundos.",
+            ]),
             Msg::DuplicateRunId => (DuplicateRunId, None, [
                 "The AG-UI run id has already been used for this request.",
                 "该 AG-UI run ID 已被相同请求使用。",
@@ -1266,6 +1276,7 @@ pub(crate) const ALL: &[Msg] = &[
     Msg::ObservedLost,
     Msg::ThreadBusy,
     Msg::ThreadDetached,
+    Msg::ThreadStopping,
     Msg::DuplicateRunId,
     Msg::RunIdConflict,
     Msg::RunIdReusedByResume,

@@ -10,6 +10,9 @@ use std::io::{self, Read};
 /// Upper bound for one event's data; a larger event is a protocol error, not an allocation.
 pub(crate) const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
+/// Buffers up to this size are kept for reuse; larger ones (a large event) are freed.
+const MAX_KEPT: usize = 256 * 1024;
+
 /// The read buffer a fast stream grows to (from 16 KiB).
 const MAX_READ: usize = 64 * 1024;
 
@@ -51,9 +54,14 @@ impl Parser {
             } else {
                 let mut line = std::mem::take(&mut self.line);
                 line.extend_from_slice(&bytes[..i]);
-                self.end_line(&line, out);
+                if !self.take_data_line(&mut line) {
+                    self.end_line(&line, out);
+                }
                 line.clear();
-                self.line = line;
+                // A large line's buffer is not kept for the rest of the stream.
+                if line.capacity() <= MAX_KEPT {
+                    self.line = line;
+                }
             }
             bytes = &bytes[i + 1..];
         }
@@ -70,9 +78,23 @@ impl Parser {
         Ok(())
     }
 
-    /// Gives a dispatched event's buffer back, to hold a later event without an allocation.
+    /// A large `data:` line that starts an event becomes the event's data where it is (its
+    /// prefix moved out), not a second copy; `line` gets the old, empty data buffer.
+    fn take_data_line(&mut self, line: &mut Vec<u8>) -> bool {
+        if self.has_data || line.len() <= MAX_KEPT || !line.starts_with(b"data:") {
+            return false;
+        }
+        let prefix = if line.get(5) == Some(&b' ') { 6 } else { 5 };
+        line.drain(..prefix);
+        std::mem::swap(&mut self.data, line);
+        self.has_data = true;
+        true
+    }
+
+    /// Gives a dispatched event's buffer back, to hold a later event without an allocation (not
+    /// a large one: a single large event does not keep its memory for the rest of the stream).
     pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.spare.len() < 64 {
+        if self.spare.len() < 64 && buf.capacity() <= MAX_KEPT {
             buf.clear();
             self.spare.push(buf);
         }

@@ -280,3 +280,82 @@ fn after_sigkill_the_cancel_extension_reaches_the_old_execution_and_the_next_tur
     );
     a.assert_turn_succeeds("t-crash2", "r2");
 }
+
+/// A hung kernel: it takes the run, then neither ends the stream nor honours `CancelTask`. A Stop
+/// still ends the run's stream with `RUN_ERROR CANCELLED` (the adapter shuts its upstream
+/// connection after a 0.5 s grace) and frees the thread: the next turn is admitted and succeeds.
+/// The design bound is 3 s (`STOP_BOUND`); the asserts allow 10 for a loaded machine, and the
+/// precise figures are in benches/REPORT.md.
+#[test]
+fn a_stop_frees_the_thread_of_a_kernel_that_ignores_cancel_and_never_ends_the_stream() {
+    let (k, a) = setup();
+    k.ignore_cancels(true);
+    let mut s = open_run(
+        &a.url,
+        &body_of(&a.request("t-deaf", "r1", "scenario:hang")),
+    );
+    let (execution, task, _) = read_session(&mut s);
+    let started = Instant::now();
+    let (status, v) = a.cancel(&execution, "t-deaf");
+    assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
+    let rest = test_support::raw::read_until(&mut s, b"RUN_ERROR", Duration::from_secs(10))
+        .unwrap_or_else(|g| panic!("no RUN_ERROR: {}", String::from_utf8_lossy(&g)));
+    let ended = started.elapsed();
+    let err = test_support::raw::events(&rest)
+        .into_iter()
+        .find(|e| e["type"] == "RUN_ERROR")
+        .unwrap();
+    assert_eq!(err["code"], "CANCELLED", "{err}");
+    assert!(ended < Duration::from_secs(10), "the stream took {ended:?}");
+    // The task still works upstream (the kernel ignored the cancel), yet the thread is free:
+    // the next turn tries to stop the old task (bounded) and says so, retryably; once the kernel
+    // honours cancels again, the turn after it runs.
+    assert_eq!(k.task_state(&task).as_deref(), Some("TASK_STATE_WORKING"));
+    let next = a.run(&a.request("t-deaf", "r2", "hi"));
+    assert_eq!(next.status, 200, "the next turn was refused: {}", next.json);
+    assert_eq!(next.error_code(), "A2A_UNAVAILABLE");
+    k.ignore_cancels(false);
+    a.assert_turn_succeeds("t-deaf", "r3");
+    assert!(
+        !k.calls("CancelTask").is_empty(),
+        "the task's cancel was never sent"
+    );
+}
+
+/// The same hung kernel, and also `CancelTask` calls that never answer: a client that leaves
+/// frees its thread within the bound; a turn sent the moment it left is admitted (it waits for
+/// the stopping run, bounded) instead of a 15-minute `THREAD_BUSY`, and either succeeds or gets a
+/// retryable error.
+#[test]
+fn a_client_leaving_a_hung_kernel_frees_its_thread_within_seconds() {
+    let (k, a) = setup();
+    k.ignore_cancels(true);
+    let mut s = open_run(
+        &a.url,
+        &body_of(&a.request("t-left", "r1", "scenario:hang")),
+    );
+    read_session(&mut s);
+    k.stall_cancels(true);
+    drop(s);
+    let started = Instant::now();
+    let next = a.run(&a.request("t-left", "r2", "hi"));
+    let took = started.elapsed();
+    assert_eq!(next.status, 200, "the next turn was refused: {}", next.json);
+    let outcome = next.last().clone();
+    assert!(
+        outcome["outcome"]["type"] == "success" || next.error_code() == "A2A_UNAVAILABLE",
+        "the next turn ended with {outcome}"
+    );
+    // The old task's repair may wait for the kernel (bounded at 15 s); never the idle timeout.
+    assert!(
+        took < Duration::from_secs(40),
+        "the next turn took {took:?}"
+    );
+    k.stall_cancels(false);
+    k.ignore_cancels(false);
+    a.assert_turn_succeeds("t-left", "r3");
+    assert!(
+        eventually(15, || a.logs().contains("CancelTask")),
+        "the cancel's failure is not logged"
+    );
+}

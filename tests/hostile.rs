@@ -607,6 +607,54 @@ fn a_twelve_mib_state_body_costs_a_few_times_its_size() {
     );
 }
 
+/// Issue 29: rounds of concurrent 11 MiB user messages cost at most 2× the input in flight at
+/// their peak (asserted with room: 3×), and the memory goes back after each round (within 20 MiB
+/// of the start, checked for up to 10 s), round after round. The figures are benches/REPORT.md's
+/// section 9 (`BENCH_ONLY=large`).
+#[test]
+fn concurrent_large_messages_give_their_memory_back_round_after_round() {
+    const N: usize = 4;
+    const BYTES: usize = 11 * 1024 * 1024;
+    let k = FakeKernel::start();
+    let a = start(&k.url, &[("--body-timeout", "30")]);
+    assert_eq!(a.run(&a.request("t-warm", "r1", "hi")).status, 200);
+    let pid = a.pid();
+    let start_kb = proc_kb(pid, "VmRSS");
+    let text = "a large pasted log line, ".repeat(BYTES / 25 + 1)[..BYTES].to_string();
+    let a = Arc::new(a);
+    for round in 0..3 {
+        let reset = reset_hwm(pid);
+        let runs: Vec<_> = (0..N)
+            .map(|i| {
+                let (a, text) = (a.clone(), text.clone());
+                std::thread::spawn(move || {
+                    let r = a.run(&a.request(&format!("t-large-{round}-{i}"), "r1", &text));
+                    r.status == 200 && r.last()["outcome"]["type"] == "success"
+                })
+            })
+            .collect();
+        assert!(
+            runs.into_iter().all(|r| r.join().unwrap()),
+            "a large run failed"
+        );
+        let peak = proc_kb(pid, "VmHWM").saturating_sub(start_kb);
+        let input_kb = (N * BYTES / 1024) as u64;
+        eprintln!(
+            "round {round}: peak +{peak} kB = {:.2}× the input (VmHWM reset: {reset})",
+            peak as f64 / input_kb as f64
+        );
+        if reset {
+            assert!(
+                peak < 3 * input_kb,
+                "round {round}: peak +{peak} kB ≥ 3× {input_kb} kB"
+            );
+        }
+        let back = eventually(10, || proc_kb(pid, "VmRSS") < start_kb + 20 * 1024);
+        let now = proc_kb(pid, "VmRSS");
+        assert!(back, "round {round}: RSS {now} kB, start {start_kb} kB");
+    }
+}
+
 // ---- 4. bounded state and work ------------------------------------------------------------------
 
 #[test]
@@ -771,4 +819,76 @@ fn a_rejected_chunked_body_is_not_parsed_as_the_next_request() {
         "the rejected body was answered as a request: {text}"
     );
     eprintln!("closed after the 415: {closed}");
+}
+
+/// Bare-LF line ends are refused at once (400), not held until the head deadline (60 s here):
+/// the choice and its reason are in contrib/vendor/tiny_http/PATCHES.md (8).
+#[test]
+fn a_bare_lf_head_gets_a_prompt_400() {
+    let a = start_alone(&[("--header-timeout", "60")]);
+    for (req, what) in [
+        (
+            &b"GET /health HTTP/1.1\nHost: 127.0.0.1\n\n"[..],
+            "all bare LF",
+        ),
+        (
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\n\r\n",
+            "one bare LF",
+        ),
+        (
+            b"\n\nGET /health HTTP/1.1\r\n\r\n",
+            "bare LF before the request line",
+        ),
+    ] {
+        let started = Instant::now();
+        expect_status_and_close(&a.url, req, 400, what);
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "{what}: answered after {took:?}"
+        );
+    }
+}
+
+/// RFC 9112 §2.2: a server should skip at least one empty line before the request line; one is.
+#[test]
+fn one_empty_line_before_the_request_line_is_skipped() {
+    let a = start_alone(&[]);
+    let mut req = b"\r\n".to_vec();
+    req.extend_from_slice(&head("GET", "/health", &["Connection: close"]));
+    let (r, _) = answer_and_close(&a.url, &req);
+    let r = r.expect("an answer");
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(r.json()["status"], "ok");
+}
+
+/// Two different credentials in one request are refused (400) before auth; an identical repeat
+/// is one credential.
+#[test]
+fn differing_authorization_headers_are_400() {
+    let a = start_opts(
+        &format!("http://127.0.0.1:{}", free_port()),
+        &[],
+        Options {
+            auth_token: Some("s3cret".into()),
+            ..Default::default()
+        },
+    );
+    let two = [
+        "Authorization: Bearer s3cret",
+        "Authorization: Bearer other",
+    ];
+    expect_status_and_close(
+        &a.url,
+        &head("GET", "/metrics", &two),
+        400,
+        "two credentials",
+    );
+    let same = [
+        "Authorization: Bearer s3cret",
+        "Authorization: Bearer s3cret",
+        "Connection: close",
+    ];
+    let (r, _) = answer_and_close(&a.url, &head("GET", "/metrics", &same));
+    assert_eq!(r.expect("an answer").status, 200, "an identical repeat");
 }

@@ -116,6 +116,40 @@ fn a_client_that_stops_reading_is_dropped_and_its_thread_freed() {
     drop(stuck);
 }
 
+/// Stop on a client that does not read: the cancel extension cuts its stream at once (the run's
+/// write is blocked, so its socket is shut down) instead of waiting out `--write-timeout` (60 s
+/// here), and the thread is free for the next turn. Design bound 1 s; asserted within 10 s.
+#[test]
+fn a_stop_ends_the_stream_of_a_client_that_does_not_read_and_frees_its_thread() {
+    let k = FakeKernel::start();
+    let a = Adapter::start_args(&k.url, &["--write-timeout", "60"]);
+    let stuck = stuck_client(&a, "t-stop-stuck");
+    let state = a.wait_task("t-stop-stuck");
+    wait_until_stuck(a.port(), stuck.local_addr().unwrap().port());
+    let execution = state["execution"]["executionId"].as_str().unwrap();
+    let started = Instant::now();
+    let (status, v) = a.cancel(execution, "t-stop-stuck");
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (200, Some("cancelled")),
+        "{v}"
+    );
+    assert!(
+        eventually(10, || a.state_file("t-stop-stuck")["terminalExecutionIds"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty())),
+        "the stopped run never ended"
+    );
+    a.assert_turn_succeeds("t-stop-stuck", "r2");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "freed after {took:?}");
+    assert!(
+        a.logs().contains("takes no bytes"),
+        "the stuck stream was not cut"
+    );
+    drop(stuck);
+}
+
 #[test]
 fn a_stuck_client_does_not_slow_the_heartbeats_of_other_streams() {
     let k = FakeKernel::start();

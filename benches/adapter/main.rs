@@ -22,6 +22,7 @@ use fake_kernel::{FakeKernel, Step};
 use figures::footprint::static_binary;
 use figures::held_runs::held_runs;
 use figures::kernel_limit::kernel_limit;
+use figures::large::large_messages;
 use figures::latency::{latency, latency_script};
 use figures::reference::{reference_section, Figures};
 use figures::run_latency::{run_latency, start_script, START_SCRIPT};
@@ -77,17 +78,21 @@ fn main() {
     let ours = Impl::Ours(std::env::var("BENCH_ADAPTER_BIN").unwrap_or_else(|_| BIN.to_string()));
     let mut rep = Report::default();
     let mut runs = RunNumbers::default();
-    // BENCH_ONLY=<name>: one figure alone (held = 3, frames = 6, limit = 7, start = 8).
+    // BENCH_ONLY=<name>: one figure alone (held = 3, frames = 6, limit = 7, start = 8,
+    // large = 9).
     let only = std::env::var("BENCH_ONLY").ok();
     if let Some(only) = only.as_deref() {
         match only {
             "frames" => frames_section(&mut rep, &ours, &kernel.url, &root, &mut runs),
             "limit" => kernel_limit(&mut rep, &ours, &root, &mut runs),
             "start" => run_latency(&mut rep, &ours, &kernel, &mut runs),
+            "large" => large_messages(&mut rep, &ours, &kernel.url, &root, &mut runs),
             "held" => {
                 let _ = held_runs(&mut rep, &ours, &kernel, &root);
             }
-            other => panic!("BENCH_ONLY={other}: not a figure (held, frames, limit, start)"),
+            other => {
+                panic!("BENCH_ONLY={other}: not a figure (held, frames, limit, start, large)")
+            }
         }
         rep.line(format!("\nDuring this section {}.\n", other_cpu(&mark)));
         report::write(&rep, started, &bench_mark);
@@ -143,6 +148,10 @@ fn main() {
 
     eprintln!("[bench] 8. start and resume latency");
     run_latency(&mut rep, &ours, &kernel, &mut runs);
+    end_section(&mut rep, &mut mark);
+
+    eprintln!("[bench] 9. large messages");
+    large_messages(&mut rep, &ours, &kernel.url, &root, &mut runs);
     rep.line(format!("\nDuring this section {}.\n", other_cpu(&mark)));
 
     report::write(&rep, started, &bench_mark);

@@ -19,6 +19,47 @@ pub struct A2aClient {
     token: Option<String>,
 }
 
+/// The JSON-RPC body of `SendStreamingMessage` for `message`, serialized in one go into a buffer
+/// sized for it: the message is borrowed, never cloned into a request tree (an 11 MiB user message
+/// is this one copy, not three).
+pub(crate) fn streaming_body(message: &Value) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        jsonrpc: &'static str,
+        id: String,
+        method: &'static str,
+        params: Params<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Params<'a> {
+        message: &'a Value,
+        configuration: Value,
+    }
+    let body = Body {
+        jsonrpc: "2.0",
+        id: crate::ids::uuid_v4(),
+        method: "SendStreamingMessage",
+        params: Params {
+            message,
+            configuration: json!({"acceptedOutputModes": ["text/plain"]}),
+        },
+    };
+    let mut out = Vec::with_capacity(text_bytes(message) + 4096);
+    let _ = serde_json::to_writer(&mut out, &body);
+    out
+}
+
+/// The bytes of the message's text parts (a size hint for its serialization).
+fn text_bytes(message: &Value) -> usize {
+    message["parts"].as_array().map_or(0, |parts| {
+        parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .map(|t| t.len() + t.len() / 16)
+            .sum()
+    })
+}
+
 /// How long `CancelTask` may take in all (connect, send, answer).
 pub(crate) const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -73,15 +114,36 @@ impl A2aClient {
         req
     }
 
+    /// A client for one run: its own connections (not the shared pool), so that [`stop`] can
+    /// shut them down from another thread and wake a read blocked on a kernel that never answers.
+    /// `CancelTask` and the other control calls keep the shared, short-deadline agent.
+    ///
+    /// [`stop`]: A2aClient::stop
+    pub(crate) fn for_run(&self) -> A2aClient {
+        let agent = ureq::Agent::new_with_config(self.agent.config().clone());
+        A2aClient {
+            agent,
+            ..self.clone()
+        }
+    }
+
+    /// Shuts down every connection of this client's agent (a run's own, see [`for_run`]): a call
+    /// blocked on one returns an error at once; later calls fail. Idempotent.
+    ///
+    /// [`for_run`]: A2aClient::for_run
+    pub(crate) fn stop(&self) {
+        self.agent.clone().shutdown();
+    }
+
     /// `SendStreamingMessage`: the stream of task updates for `message`.
     pub(crate) fn send_streaming(&self, message: &Value) -> Result<A2aStream, Error> {
-        let body = json!({
-            "jsonrpc": "2.0",
-            "id": crate::ids::uuid_v4(),
-            "method": "SendStreamingMessage",
-            "params": {"message": message, "configuration": {"acceptedOutputModes": ["text/plain"]}},
-        });
-        self.open_stream(&body)
+        self.send_streaming_body(streaming_body(message))
+    }
+
+    /// `SendStreamingMessage` with its JSON-RPC body already serialized ([`streaming_body`]), so
+    /// that the caller can free the message before the bytes go out.
+    pub(crate) fn send_streaming_body(&self, body: Vec<u8>) -> Result<A2aStream, Error> {
+        self.open_stream(body)
     }
 
     /// `SendMessage` (unary): how the reference answers a pipeline's side wait, which the kernel
@@ -102,16 +164,16 @@ impl A2aClient {
             "method": "SubscribeToTask",
             "params": {"id": task_id},
         });
-        self.open_stream(&body)
+        self.open_stream(serde_json::to_vec(&body).unwrap_or_default())
     }
 
     /// Sends a streaming JSON-RPC call and returns its stream of results.
-    fn open_stream(&self, body: &Value) -> Result<A2aStream, Error> {
+    fn open_stream(&self, body: Vec<u8>) -> Result<A2aStream, Error> {
         let started = std::time::Instant::now();
         let resp = self
             .post("/")
             .header("Accept", "text/event-stream")
-            .send(serde_json::to_vec(&body).unwrap_or_default());
+            .send(body);
         crate::metrics::UPSTREAM_LATENCY.observe(started.elapsed());
         let resp = resp.map_err(transport)?;
         check_status(resp.status().as_u16())?;

@@ -66,9 +66,10 @@ pub(crate) struct CloudCredentials<'a> {
 
 /// The A2A `message` of a `SendStreamingMessage`: a `ROLE_USER` message in the thread's context
 /// whose `metadata.iac_code` carries the client's `options`.
+/// The parts are moved in, never copied (a user message may be 12 MiB).
 pub(crate) fn user_message(
     message_id: &str,
-    parts: &[Value],
+    parts: Vec<Value>,
     context_id: &str,
     options: &TurnOptions,
     turn: Turn,
@@ -77,9 +78,9 @@ pub(crate) fn user_message(
     let mut message = json!({
         "messageId": message_id,
         "role": "ROLE_USER",
-        "parts": parts,
         "contextId": context_id,
     });
+    message["parts"] = Value::Array(parts);
     if let Turn::Answer { task_id, extra, .. } = turn {
         if let (Some(m), Some(Value::Object(extra))) = (meta.as_object_mut(), extra) {
             m.extend(extra);
@@ -225,7 +226,7 @@ mod tests {
             ..Default::default()
         };
         let parts = [json!({"text": "hi"})];
-        let turn = user_message("m1", &parts, "ctx", &iac, Turn::New);
+        let turn = user_message("m1", parts.to_vec(), "ctx", &iac, Turn::New);
         assert_eq!(
             turn,
             json!({"messageId": "m1", "role": "ROLE_USER", "parts": parts, "contextId": "ctx",
@@ -236,7 +237,7 @@ mod tests {
             extra: Some(json!({"inputResponse": {"value": "v"}})),
             mode: ExecutionMode::default(),
         };
-        let m = user_message("m2", &parts, "ctx", &iac, answer);
+        let m = user_message("m2", parts.to_vec(), "ctx", &iac, answer);
         assert_eq!(m["taskId"], "task-1");
         assert_eq!(
             m["metadata"]["iac_code"]["inputResponse"],

@@ -20,6 +20,7 @@ mod message;
 mod reader;
 mod rpc;
 
+pub(crate) use client::streaming_body;
 pub use client::A2aClient;
 pub(crate) use envelope::{Coord, Envelope};
 pub(crate) use message::{

@@ -88,6 +88,8 @@ fn handle_guarded(app: &Arc<App>, req: Request) {
         |slot| handle(app, slot),
         |req| reply_error(req, &Msg::Internal.err(), Lang::En),
     );
+    // After a large body (a run included): the allocator's free pages go back to the system.
+    crate::memory::after_request();
 }
 
 /// Runs `f` on `item` held in a slot that outlives a panic of `f`: `f` takes the item out when it

@@ -112,6 +112,7 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
     };
     let body = read_body(req, limit, app.config.body_timeout)
         .map_err(|e| Refusal::of_body(e, header_lang))?;
+    crate::memory::note_body(body.len());
     let accept_language = accept_language.as_deref();
     with_body(app, req, route, body, header_lang, accept_language)
 }

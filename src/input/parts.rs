@@ -50,7 +50,7 @@ fn user_parts(content: &RawValue, path: &str, images: &mut usize) -> Result<Vec<
             if s.is_empty() {
                 return Err(empty());
             }
-            Ok(vec![serde_json::json!({ "text": s })])
+            Ok(vec![text_part(s)])
         }
         Kind::Array => {
             let mut parts = Vec::new();
@@ -70,6 +70,13 @@ fn user_parts(content: &RawValue, path: &str, images: &mut usize) -> Result<Vec<
     }
 }
 
+/// `{"text": text}`, the text moved in (`json!` would copy it: a user message may be 12 MiB).
+fn text_part(text: String) -> Value {
+    let mut part = serde_json::Map::new();
+    part.insert("text".into(), Value::String(text));
+    Value::Object(part)
+}
+
 fn content_part(part: &RawValue, path: &str, images: &mut usize) -> Result<Value, Error> {
     let obj = object(part, &["type", "text", "source", "metadata"], path)?.no_duplicate(path)?;
     let kind_of = non_empty(&obj, "type", &format!("{path}.type"))?;
@@ -77,7 +84,7 @@ fn content_part(part: &RawValue, path: &str, images: &mut usize) -> Result<Value
         "text" => {
             let text = string_field(&obj, "text", &format!("{path}.text"))?
                 .ok_or_else(|| missing(&format!("{path}.text")))?;
-            Ok(serde_json::json!({ "text": text }))
+            Ok(text_part(text))
         }
         "image" => image_part(&obj, path, images),
         other => Err(Msg::PartUnsupported.with(&[&path, &other])),
@@ -124,7 +131,11 @@ fn image_part(obj: &Obj, path: &str, images: &mut usize) -> Result<Value, Error>
     } else {
         data.trim().to_string()
     };
-    let mut raw = serde_json::json!({ "raw": data, "mediaType": mime });
+    // Built field by field: `json!` would copy the data after all.
+    let mut part = serde_json::Map::new();
+    part.insert("raw".into(), Value::String(data));
+    part.insert("mediaType".into(), Value::from(mime));
+    let mut raw = Value::Object(part);
     if let Some(name) = obj
         .get("metadata")
         .and_then(|m| object(m, &["filename"], "").ok())

@@ -415,16 +415,32 @@ impl Projection {
     /// A task snapshot with no streamed text yet: its trailing agent messages are the answer,
     /// joined per message id (the kernel streams a reply as many status messages of one id, which
     /// the task's history keeps one by one), minus what an earlier snapshot of this run took.
+    /// The history is read in place: only its trailing agent messages are built (the user's
+    /// message before them, which may be megabytes, is looked at for its role alone).
     fn history_text(&mut self, history: Option<&serde_json::value::RawValue>, out: &mut Out) {
-        let history: Option<Value> = history.and_then(|h| serde_json::from_str(h.get()).ok());
-        let Some(history) = history.as_ref().and_then(Value::as_array) else {
+        type Raw<'h> = &'h serde_json::value::RawValue;
+        let history: Option<Vec<Raw>> = history.and_then(|h| serde_json::from_str(h.get()).ok());
+        let Some(history) = history else {
             return;
         };
-        let trailing: Vec<&Value> = history
+        #[derive(serde::Deserialize)]
+        struct Role<'h> {
+            #[serde(borrow, default)]
+            role: Option<std::borrow::Cow<'h, str>>,
+        }
+        let is_user = |m: &Raw| {
+            serde_json::from_str::<Role>(m.get())
+                .ok()
+                .and_then(|r| r.role)
+                .is_some_and(|r| r == "ROLE_USER")
+        };
+        let newest_first: Vec<Value> = history
             .iter()
             .rev()
-            .take_while(|m| m.get("role").and_then(Value::as_str) != Some("ROLE_USER"))
+            .take_while(|m| !is_user(m))
+            .filter_map(|m| serde_json::from_str(m.get()).ok())
             .collect();
+        let trailing: Vec<&Value> = newest_first.iter().collect();
         let mut whole: Vec<(String, String)> = Vec::new();
         for m in trailing.into_iter().rev() {
             let text = message_text(m);

@@ -43,6 +43,7 @@ pub(crate) fn admit(app: &Arc<App>, input: RunInput, lang: Lang) -> Result<Admit
     // Before the slot's lock: a left client's close hook takes that lock to free the thread.
     app.runs.client_left(&thread_id);
     let slot = app.store.slot(&thread_id);
+    wait_while_stopping(&slot);
     let admitted = admit_locked(app, &slot, input, lang);
     if admitted.is_err() {
         drop(slot);
@@ -64,6 +65,9 @@ fn admit_locked(
     if let Some(active) = &guard.active {
         if app.feeds.detached(&active.execution_id) {
             return Err(Msg::ThreadDetached.err());
+        }
+        if active.is_cancelled() {
+            return Err(Msg::ThreadStopping.err());
         }
         return Err(Msg::ThreadBusy.err());
     }
@@ -99,6 +103,21 @@ fn admit_locked(
         guard: ActiveGuard::new(app.clone(), slot.clone(), input.thread_id.clone()),
         input,
     })
+}
+
+/// A run cancelled (Stop, a client that left) ends within `cancel::STOP_BOUND` whatever its kernel
+/// and client do: a turn sent meanwhile waits for it (bounded) instead of being refused as busy.
+fn wait_while_stopping(slot: &Mutex<Slot>) {
+    let deadline = std::time::Instant::now() + super::cancel::STOP_BOUND;
+    let stopping = || {
+        slot.lock()
+            .active
+            .as_ref()
+            .is_some_and(|a| a.is_cancelled())
+    };
+    while stopping() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Idempotency (the run id) and binding (workspace and caller) against the stored thread.

@@ -3,6 +3,7 @@
 
 use crate::a2a::A2aClient;
 use crate::app::App;
+use crate::app::LiveRun;
 use crate::error::{Error, Msg};
 use crate::input::{self, CancelRequest};
 use crate::store::{ActiveRun, Slot};
@@ -10,6 +11,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Cancels an execution of the thread named in `body`, under the thread's slot mutex. An active
 /// run is flagged and its task cancelled (the run thread records the end); a waiting execution is
@@ -50,11 +52,16 @@ fn cancel_locked(
         .as_ref()
         .filter(|a| a.execution_id == execution_id)
     {
-        // The run thread owns the document; it records the end when the stream stops.
+        // The run thread owns the document; it records the end when the stream stops. The
+        // answer does not wait for the kernel: CancelTask goes (and is retried) in the
+        // background, and a run that does not end by itself is stopped (`stop_soon`).
         active.cancelled.store(true, Ordering::SeqCst);
         let (a2a, active) = (app.a2a.clone(), active.clone());
         drop(guard);
-        cancel_once(&a2a, &active);
+        std::thread::spawn(move || cancel_once(&a2a, &active));
+        if let Some(live) = app.runs.find(execution_id) {
+            stop_soon(live);
+        }
         return Ok(reply("cancelled"));
     }
     if doc.is_terminal(execution_id) {
@@ -110,3 +117,54 @@ fn retry_cancel(a2a: &A2aClient, task: &str) {
 
 /// How many times a failed `CancelTask` is tried (each within the A2A client's cancel deadline).
 const CANCEL_ATTEMPTS: u32 = 3;
+
+/// How long a cancelled run's kernel may take to end the stream by itself (its last status comes
+/// through) before the run's upstream connection is shut down.
+pub(crate) const UPSTREAM_GRACE: Duration = Duration::from_millis(500);
+/// A write to the client blocked this long after a Stop: the client is not reading, and its
+/// socket is shut down (the run's last events cannot reach it anyway).
+const STUCK_WRITE: Duration = Duration::from_millis(200);
+/// The bound: by then both connections are shut down, whatever the run is doing.
+pub(crate) const STOP_BOUND: Duration = Duration::from_secs(3);
+
+/// Makes sure a cancelled run ends soon, whether or not its kernel answers and its client reads:
+/// after [`UPSTREAM_GRACE`] its upstream connection is shut down (a kernel that ignores
+/// `CancelTask` and never ends the stream no longer holds the run), a client whose write is
+/// blocked is cut at once, and at [`STOP_BOUND`] both are. The run then ends on its own thread
+/// (`RUN_ERROR CANCELLED` for a client still reading) and frees the AG-UI thread.
+pub(super) fn stop_soon(live: Arc<LiveRun>) {
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let mut upstream_stopped = false;
+        while !live.has_ended() && started.elapsed() < STOP_BOUND {
+            if !upstream_stopped && started.elapsed() >= UPSTREAM_GRACE {
+                log::info!(
+                    "run {}: the kernel did not end the cancelled stream within {:?}; closing it",
+                    live.ids.run_id,
+                    UPSTREAM_GRACE
+                );
+                live.upstream_cut.store(true, Ordering::SeqCst);
+                live.upstream.stop();
+                upstream_stopped = true;
+            }
+            if live.stream.write_blocked_for(STUCK_WRITE) {
+                log::info!(
+                    "run {}: its client takes no bytes; closing its stream",
+                    live.ids.run_id
+                );
+                live.stream.shut();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !live.has_ended() {
+            log::warn!(
+                "run {} did not end within {:?} of its cancel; closing both connections",
+                live.ids.run_id,
+                STOP_BOUND
+            );
+            live.upstream_cut.store(true, Ordering::SeqCst);
+            live.upstream.stop();
+            live.stream.shut();
+        }
+    });
+}

@@ -38,10 +38,10 @@ use crate::projection::{End, Events, Projection, RunIds};
 use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
-use cancel::cancel_once;
+use cancel::{cancel_once, stop_soon};
 use parking_lot::Mutex;
 use serde_json::Value;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Runs an admitted request to its end on the calling thread, writing to `stream`.
@@ -52,14 +52,14 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     stream.set_tag(&ids.execution_id);
     let feed = app.feeds.open(&ids.execution_id);
     feed.watch();
-    if let Mode::NewTurn(m) | Mode::RepairThenNewTurn { message: m, .. } = &admitted.mode {
-        feed.set_user(user_message_json(m));
-    }
     let live = Arc::new(LiveRun {
         stream: stream.clone(),
         active: Mutex::new(admitted.active.clone()),
         ids: ids.clone(),
         lang,
+        upstream: app.a2a.for_run(),
+        upstream_cut: AtomicBool::new(false),
+        ended: AtomicBool::new(false),
     });
     app.runs.register(&live);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -69,17 +69,29 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     if outcome.is_err() {
         end_after_panic(ids.clone(), lang, stream, &feed);
     }
+    live.ended.store(true, Ordering::SeqCst);
     app.feeds.ended(&ids.execution_id, &feed);
 }
 
-/// The user's message as a join's snapshot shows it (its text parts).
-fn user_message_json(m: &UserMessage) -> Value {
-    let text: String = m
-        .parts
-        .iter()
-        .filter_map(|p| p.get("text").and_then(Value::as_str))
-        .collect();
-    serde_json::json!({"id": m.id, "role": "user", "content": text})
+/// The user's message as a join's snapshot shows it (its text parts), its text moved out of the
+/// A2A message once that is serialized: the one copy of a large message the run keeps.
+fn user_message_json(id: &str, message: &mut Value) -> Value {
+    let mut texts = message["parts"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| match p.get_mut("text") {
+            Some(Value::String(t)) => Some(std::mem::take(t)),
+            _ => None,
+        });
+    let mut text = texts.next().unwrap_or_default();
+    texts.for_each(|t| text.push_str(&t));
+    // Built field by field: `json!` would copy the text.
+    let mut user = serde_json::Map::new();
+    user.insert("id".into(), Value::from(id));
+    user.insert("role".into(), Value::from("user"));
+    user.insert("content".into(), Value::String(text));
+    Value::Object(user)
 }
 
 /// The span state went with the panic: a fresh projection closes nothing and reports it.
@@ -176,9 +188,9 @@ impl<'a> Run<'a> {
         self.proj.start(&mut self.out);
         self.flush();
         let end = match mode {
-            Mode::NewTurn(message) => self.new_turn(&message),
+            Mode::NewTurn(message) => self.new_turn(message),
             Mode::RepairThenNewTurn { next, message } => match self.repair(next) {
-                Ok(()) => self.new_turn(&message),
+                Ok(()) => self.new_turn(message),
                 Err(e) => End::Failed(e),
             },
             Mode::Resume(entries) => self.resume(&entries),
@@ -234,19 +246,25 @@ impl<'a> Run<'a> {
     }
 
     /// Sends the user's message and reads the task to its next end.
-    fn new_turn(&mut self, message: &UserMessage) -> End {
+    /// The message is serialized once, its text then moved to the replay buffer (a join's
+    /// snapshot), and only the bytes go out: one copy of a large message besides the text.
+    fn new_turn(&mut self, message: UserMessage) -> End {
         if self.app.runs.stopping() {
             return self.terminal(End::Failed(shutting_down()));
         }
-        let message = a2a::user_message(
-            &message.id,
-            &message.parts,
+        let UserMessage { id, parts } = message;
+        let mut message = a2a::user_message(
+            &id,
+            parts,
             &self.doc.context_id,
             &self.turn_options(),
             Turn::New,
         );
+        let body = a2a::streaming_body(&message);
+        self.feed.set_user(user_message_json(&id, &mut message));
+        drop(message);
         self.cancel_on_disconnect();
-        let mut upstream = match self.app.a2a.send_streaming(&message) {
+        let mut upstream = match self.live.upstream.send_streaming_body(body) {
             Ok(s) => s,
             Err(e) => return self.terminal(End::Failed(e)),
         };
@@ -386,6 +404,9 @@ impl<'a> Run<'a> {
 
     /// Records that the execution ended (best effort: the end is announced either way).
     fn terminal(&mut self, end: End) -> End {
+        if self.left_running() {
+            return end;
+        }
         self.doc.mark_terminal();
         if let Err(e) = self.save() {
             log::error!("cannot record the end of run {}: {e}", self.input.run_id);
@@ -449,7 +470,7 @@ impl<'a> Run<'a> {
         let exec = self.execution();
         let open = !exec.pending.is_empty() || exec.task_id.is_some();
         let id = exec.execution_id.clone();
-        if open || !self.doc.is_terminal(&id) {
+        if (open || !self.doc.is_terminal(&id)) && !self.left_running() {
             self.cancel_upstream();
             self.doc.mark_terminal();
             if let Err(e) = self.save() {
@@ -469,6 +490,22 @@ impl<'a> Run<'a> {
     fn flush(&mut self) -> bool {
         let ok = write_events(&self.feed, &self.stream, &mut self.out, &mut self.frames);
         ok || !self.app.config.detach_grace.is_zero()
+    }
+
+    /// The run's upstream was cut (`cancel::stop_soon`) before the kernel said the task ended:
+    /// the execution stays recorded as running, so the thread's next turn stops it first
+    /// (`repair.rs`: cancel, wait, bounded), or answers the retryable `A2A_UNAVAILABLE` when it
+    /// cannot, rather than sending a turn the kernel would refuse as "already working".
+    fn left_running(&self) -> bool {
+        let known = self.proj.task_id().is_some();
+        if known && self.live.upstream_cut.load(Ordering::SeqCst) {
+            log::warn!(
+                "run {}: its task may still run upstream; the next turn stops it first",
+                self.input.run_id
+            );
+            return true;
+        }
+        false
     }
 
     fn execution(&mut self) -> &mut Execution {
@@ -509,10 +546,13 @@ impl<'a> Run<'a> {
     /// task is known: the kernel may take seconds to wind a cancelled task down, and the thread's
     /// next turn waits for that itself (bounded, `repair.rs`), so it is neither refused as
     /// `THREAD_BUSY` nor sent while the old task still runs. From then on this run saves nothing.
+    /// A kernel that never ends the stream does not hold the run: its connection is shut down
+    /// after a grace (`cancel::stop_soon`), and the run ends and frees the thread on its own.
     fn stopper(&self) -> Arc<dyn Fn() + Send + Sync> {
         let a2a = self.app.a2a.clone();
         let active = self.active.clone();
         let slot = self.guard.handle();
+        let live = Arc::downgrade(&self.live);
         Arc::new(move || {
             active.cancelled.store(true, Ordering::SeqCst);
             if active.task_id.lock().is_some() {
@@ -520,6 +560,9 @@ impl<'a> Run<'a> {
             }
             let (a2a, active) = (a2a.clone(), active.clone());
             std::thread::spawn(move || cancel_once(&a2a, &active));
+            if let Some(live) = live.upgrade() {
+                stop_soon(live);
+            }
         })
     }
 }

@@ -127,7 +127,7 @@ impl Run<'_> {
 
     /// `GetTask`: the same task in the thread's context, still waiting for input.
     fn check_identity(&mut self, task_id: &str) -> ControlFlow<End, Value> {
-        let task = match self.app.a2a.get_task(task_id) {
+        let task = match self.live.upstream.get_task(task_id) {
             Ok(Some(task)) => task,
             Ok(None) => return Break(self.terminal(End::Failed(lost()))),
             Err(e) => return Break(End::Failed(e)),
@@ -188,7 +188,7 @@ impl Run<'_> {
 
     /// Pipeline events this client missed since `since`, written before anything else happens.
     fn recover_pipeline(&mut self, task_id: &str, since: u64) -> ControlFlow<End> {
-        match self.app.a2a.pipeline_state(task_id, since) {
+        match self.live.upstream.pipeline_state(task_id, since) {
             Ok(Some(state)) => {
                 self.proj.recover_pipeline(&state, &mut self.out);
                 if !self.flush() {
@@ -312,7 +312,7 @@ impl Run<'_> {
             let Some(message) = self.answer_message(&answered, &message_id, task_id) else {
                 continue;
             };
-            match self.app.a2a.send_message(&message) {
+            match self.live.upstream.send_message(&message) {
                 Ok(Rpc::Result(_)) => {}
                 Ok(Rpc::Error {
                     message,
@@ -339,7 +339,7 @@ impl Run<'_> {
     fn follow(&mut self, task_id: &str, since: u64) -> End {
         let end = match self.task_end(task_id) {
             Ok(Some(end)) => Some(end),
-            Ok(None) => match self.app.a2a.subscribe_to_task(task_id) {
+            Ok(None) => match self.live.upstream.subscribe_to_task(task_id) {
                 Ok(mut upstream) => self.read_to_end(&mut upstream),
                 Err(e) => {
                     log::warn!("subscription to task {task_id} failed: {e}");
@@ -364,7 +364,7 @@ impl Run<'_> {
 
     /// `GetTask`, projected: `Some` when the task is at an end (or a new wait) for this run.
     fn task_end(&mut self, task_id: &str) -> Result<Option<End>, End> {
-        match self.app.a2a.get_task(task_id) {
+        match self.live.upstream.get_task(task_id) {
             Ok(Some(task)) => Ok(self.project(&task, Write::Now)),
             Ok(None) => Err(self.terminal(End::Failed(lost()))),
             Err(e) => Err(self.abandon(e)),
@@ -444,7 +444,11 @@ impl Run<'_> {
         };
         let context = &self.doc.context_id;
         Some(a2a::user_message(
-            message_id, parts, context, &options, turn,
+            message_id,
+            parts.clone(),
+            context,
+            &options,
+            turn,
         ))
     }
 
@@ -455,7 +459,7 @@ impl Run<'_> {
         answered: &Answered,
         message: &Value,
     ) -> ControlFlow<End, (A2aStream, Value)> {
-        let mut upstream = match self.app.a2a.send_streaming(message) {
+        let mut upstream = match self.live.upstream.send_streaming(message) {
             Ok(s) => s,
             Err(e) => return Break(End::Failed(refused(e))),
         };

@@ -185,6 +185,18 @@ impl SseStream {
         }
     }
 
+    /// Whether a write has held the stream for `d` (waiting at most `d`): a client that takes no
+    /// bytes. Heartbeats never hold it (they only try the lock).
+    pub(crate) fn write_blocked_for(&self, d: Duration) -> bool {
+        !self.is_closed() && self.inner.try_lock_for(d).is_none()
+    }
+
+    /// Shuts the connection down now (a Stop for a client that does not read): a write blocked
+    /// on it fails at once, and the close hook runs.
+    pub(crate) fn shut(&self) {
+        self.mark_closed();
+    }
+
     /// The execution this stream's own cursors name.
     pub(crate) fn set_tag(&self, execution_id: &str) {
         *self.tag.lock() = cursor::tag(execution_id);

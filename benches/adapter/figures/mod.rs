@@ -5,6 +5,7 @@ pub(crate) mod footprint;
 pub(crate) mod frames;
 pub(crate) mod held_runs;
 pub(crate) mod kernel_limit;
+pub(crate) mod large;
 pub(crate) mod latency;
 pub(crate) mod reference;
 pub(crate) mod run_latency;

@@ -158,6 +158,11 @@ impl ClientConnection {
                     .map(|line| (line, used))
                     .map_err(|_| ReadError::Refuse(400));
             }
+            // iac-code-agui patch: a bare LF or a bare CR ends nothing here; it is refused at once
+            // (400) instead of waiting for a CRLF until the head deadline (PATCHES.md, 8)
+            if byte == b'\n' || prev_byte_was_cr {
+                return Err(ReadError::Refuse(400));
+            }
 
             prev_byte_was_cr = byte == b'\r';
 
@@ -176,6 +181,21 @@ impl ClientConnection {
         let max_head = self.limits.max_head_bytes;
         let max_url = self.limits.max_url_bytes;
         let line_max = max_url.saturating_add(REQUEST_LINE_SLACK);
+
+        // iac-code-agui patch: one empty line (CRLF) before the request line is skipped, as
+        // RFC 9112 §2.2 asks of a server (a client that ends a body with an extra CRLF); a second
+        // one, or a bare LF, is refused (PATCHES.md, 8)
+        let first = if first == b'\r' {
+            if self.read_head_byte()? != b'\n' {
+                return Err(ReadError::Refuse(400));
+            }
+            self.read_head_byte()?
+        } else {
+            first
+        };
+        if first == b'\r' || first == b'\n' {
+            return Err(ReadError::Refuse(400));
+        }
 
         // reading the request line
         let (line, used) = if line_max < max_head {

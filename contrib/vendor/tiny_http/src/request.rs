@@ -136,6 +136,15 @@ fn framing(headers: &[Header], version: &HTTPVersion) -> Result<Framing, Request
             .map(|h| h.value.as_str())
             .collect()
     };
+    // iac-code-agui patch: `Authorization` is a singleton field; two different credentials in
+    // one request are refused (which one would be checked?); an identical repeat is one credential
+    // (PATCHES.md, 8)
+    let auth = values("Authorization");
+    if auth.iter().any(|a| a.trim() != auth[0].trim()) {
+        return Err(RequestCreationError::BadFraming(
+            "different Authorization values",
+        ));
+    }
     let te = values("Transfer-Encoding");
     let cl = values("Content-Length");
     if !te.is_empty() {

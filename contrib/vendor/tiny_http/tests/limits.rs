@@ -500,3 +500,51 @@ fn http_0_9_and_2_request_lines_get_an_http_1_1_505() {
     }
     assert!(seen.lock().unwrap().is_empty());
 }
+
+#[test]
+fn bare_line_ends_are_a_prompt_400_and_one_leading_empty_line_is_skipped() {
+    let mut limits = small_limits();
+    // a head that waited for a CRLF would be answered only at this deadline
+    limits.head_timeout = Some(Duration::from_secs(30));
+    let (addr, _server, seen) = start(limits);
+    for case in [
+        "GET / HTTP/1.1\nHost: x\n\n",
+        "GET / HTTP/1.1\r\nHost: x\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n",
+        "\nGET / HTTP/1.1\r\n\r\n",
+        "\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+    ] {
+        let started = std::time::Instant::now();
+        let out = exchange(addr, case.as_bytes());
+        assert!(out.starts_with("HTTP/1.1 400"), "{:?} -> {}", case, out);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?} answered after {:?}",
+            case,
+            started.elapsed()
+        );
+    }
+    assert!(seen.lock().unwrap().is_empty());
+    // RFC 9112 §2.2: one empty line before the request line is skipped
+    let out = exchange(
+        addr,
+        b"\r\nPOST /echo HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    );
+    assert!(out.ends_with("read 5"), "{}", out);
+}
+
+#[test]
+fn differing_authorization_headers_are_refused_and_identical_ones_are_one() {
+    let (addr, _server, seen) = start(small_limits());
+    let out = exchange(
+        addr,
+        b"GET / HTTP/1.1\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 400"), "{}", out);
+    assert!(seen.lock().unwrap().is_empty());
+    let out = exchange(
+        addr,
+        b"POST /echo HTTP/1.1\r\nAuthorization: Bearer a\r\nAuthorization: Bearer a\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    );
+    assert!(out.ends_with("read 5"), "{}", out);
+}
