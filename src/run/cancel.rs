@@ -143,8 +143,7 @@ pub(super) fn stop_soon(live: Arc<LiveRun>) {
                     live.ids.run_id,
                     UPSTREAM_GRACE
                 );
-                live.upstream_cut.store(true, Ordering::SeqCst);
-                live.upstream.stop();
+                cut_upstream(&live);
                 upstream_stopped = true;
             }
             if live.stream.write_blocked_for(STUCK_WRITE) {
@@ -162,9 +161,15 @@ pub(super) fn stop_soon(live: Arc<LiveRun>) {
                 live.ids.run_id,
                 STOP_BOUND
             );
-            live.upstream_cut.store(true, Ordering::SeqCst);
-            live.upstream.stop();
+            cut_upstream(&live);
             live.stream.shut();
         }
     });
+}
+
+/// Shuts the run's own upstream connections down, marked so the run knows the kernel may still
+/// be running its task.
+fn cut_upstream(live: &LiveRun) {
+    live.upstream_cut.store(true, Ordering::SeqCst);
+    live.upstream.stop();
 }

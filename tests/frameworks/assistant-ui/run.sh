@@ -19,11 +19,8 @@ CHROMIUM="${CHROMIUM:-$(command -v chromium || command -v chromium-browser || tr
 rc=0
 finish() { echo "assistant-ui: total ${SECONDS} s (install, build and scenarios), exit $rc"; }
 trap finish EXIT
-# npm ci when the lock is newer than the last install (as tests/run-all.sh does)
-npm_ci() {
-  [ "$1/node_modules/.package-lock.json" -nt "$1/package-lock.json" ] && return 0
-  (cd "$1" && timeout 240 npm ci --no-audit --no-fund --loglevel=error)
-}
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
 timeout --kill-after=10 "${REAL_KERNEL_SETUP_TIMEOUT:-240}" bash "$ROOT/tests/real_kernel/setup.sh"
 npm_ci "$EXAMPLE"
 (cd "$EXAMPLE" && timeout 60 node build.mjs)
