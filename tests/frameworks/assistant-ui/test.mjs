@@ -4,6 +4,7 @@
 // One line per scenario (PASS / FAIL + reason), a screenshot per step; exit 1 on any failure.
 import puppeteer from "puppeteer-core";
 import assert from "node:assert/strict";
+import { checkEnvelope } from "../envelope.mjs";
 import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
@@ -315,10 +316,8 @@ try {
   if (consoleErrors.length) console.log(`browser console errors (${consoleErrors.length}):\n  ${consoleErrors.slice(0, 12).join("\n  ")}`);
   fs.mkdirSync(CAPTURES, { recursive: true });
   fs.writeFileSync(path.join(CAPTURES, "requests.json"), JSON.stringify({ summary, requests }, null, 1));
-  if (summary.runRequests) try {
-    assert.equal(summary.nonEmptyTools, 0, "tools must be empty");
-    assert.equal(summary.runIdsReused, 0, "a runId is never reused");
-    assert.deepEqual(summary.forwardedPropsKeys, ["iacCode"]);
+  try {
+    checkEnvelope(summary);
   } catch (e) { failed++; console.log(`FAIL envelope: ${e.message}`); }
 } finally {
   await browser.close().catch(() => {});
