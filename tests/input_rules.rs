@@ -378,3 +378,43 @@ fn a_forwarded_prop_beside_iac_code_is_refused_by_name_with_where_frameworks_put
     let ok = a.run(&a.request("t-fwd", "r1", "hi"));
     assert_eq!(ok.last()["outcome"]["type"], "success");
 }
+
+/// Only the latest user message is checked (and sent): a history a client keeps with a remote
+/// image, an empty text and an audio part in earlier user messages (and an assistant message
+/// without content) still runs its next turn, as the spec and the reference only use the latest
+/// user message. The latest one is still checked strictly.
+#[test]
+fn odd_history_messages_never_refuse_a_later_turn() {
+    let (k, a) = setup();
+    a.assert_turn_succeeds("t-history", "r1");
+    let mut body = a.request("t-history", "r2", "and now?");
+    body["messages"] = json!([
+        {"id": "h1", "role": "user", "content": [{"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}]},
+        {"id": "h2", "role": "assistant", "content": "ok"},
+        {"id": "h3", "role": "user", "content": ""},
+        {"id": "h4", "role": "user", "content": [{"type": "audio", "source": {"type": "data", "value": "AA==", "mimeType": "audio/wav"}}]},
+        {"id": "h5", "role": "assistant"},
+        {"id": "m2", "role": "user", "content": "and now?"}
+    ]);
+    let r = a.run(&body);
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    let sent = k.calls("SendStreamingMessage");
+    let message = &sent.last().unwrap()["body"]["params"]["message"];
+    assert_eq!(message["parts"], json!([{"text": "and now?"}]), "{message}");
+    body["runId"] = json!("r3");
+    body["messages"][5]["content"] = json!("");
+    let refused = a.run(&body);
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (400, "INVALID_INPUT")
+    );
+    assert!(
+        refused.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("messages[5]"),
+        "{}",
+        refused.json
+    );
+}

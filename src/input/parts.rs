@@ -1,5 +1,5 @@
-//! The user messages: each one checked, the latest one's content turned into A2A parts (text and
-//! inline images, with their size limits).
+//! The user messages: the latest one checked strictly and its content turned into A2A parts (text
+//! and inline images, with their size limits); the history only as far as roles go.
 
 use super::json::{
     each_element, kind, missing, non_empty, not_json, object, string_field, value, wrong_type,
@@ -19,27 +19,34 @@ pub(crate) struct UserMessage {
     pub(crate) parts: Vec<Value>,
 }
 
-/// Checks every user message and returns the latest one in A2A form. Messages are visited one
-/// at a time; only a user message's content is built.
+/// Returns the latest user message in A2A form, checked strictly; the earlier messages are read
+/// leniently: each must be an object with a `role` (the pair-mode rule counts roles), nothing
+/// more. The spec sends only the latest user message to the kernel (A2A keeps the conversation
+/// itself), as the reference does, so an odd message a client keeps in its history (a remote
+/// image, an empty text, an audio part) never refuses a later turn, and only the latest
+/// message's images count toward the image budget. Messages are visited one at a time; only the
+/// latest user message's content is built.
 pub(super) fn parse_messages(messages: &RawValue) -> Result<Option<UserMessage>, Error> {
-    let mut latest = None;
-    let mut total_image_bytes = 0usize;
+    let mut latest: Option<(usize, &RawValue)> = None;
     each_element(messages, |i, m| {
         let path = format!("messages[{i}]");
-        let m = object(m, &["role", "id", "content"], &path)?.no_duplicate(&path)?;
-        let role = non_empty(&m, "role", &format!("{path}.role"))?;
-        if role != "user" {
-            return Ok(());
+        let obj = object(m, &["role"], &path)?.no_duplicate(&path)?;
+        if non_empty(&obj, "role", &format!("{path}.role"))? == "user" {
+            latest = Some((i, m));
         }
-        let id = non_empty(&m, "id", &format!("{path}.id"))?;
-        let content = m
-            .get("content")
-            .ok_or_else(|| missing(&format!("{path}.content")))?;
-        let parts = user_parts(content, &path, &mut total_image_bytes)?;
-        latest = Some(UserMessage { id, parts });
         Ok(())
     })?;
-    Ok(latest)
+    let Some((i, m)) = latest else {
+        return Ok(None);
+    };
+    let path = format!("messages[{i}]");
+    let m = object(m, &["role", "id", "content"], &path)?.no_duplicate(&path)?;
+    let id = non_empty(&m, "id", &format!("{path}.id"))?;
+    let content = m
+        .get("content")
+        .ok_or_else(|| missing(&format!("{path}.content")))?;
+    let parts = user_parts(content, &path, &mut 0)?;
+    Ok(Some(UserMessage { id, parts }))
 }
 
 fn user_parts(content: &RawValue, path: &str, images: &mut usize) -> Result<Vec<Value>, Error> {
@@ -176,6 +183,35 @@ mod tests {
             let e = err_of(|v| v["messages"][0]["content"] = json!([part.clone()]));
             assert!(e.contains("content[0]"), "{part}: {e}");
         }
+    }
+
+    #[test]
+    fn only_the_latest_user_message_is_checked_and_counts_toward_the_image_budget() {
+        let six = base64::engine::general_purpose::STANDARD.encode(vec![0u8; 6 * 1024 * 1024]);
+        let img = json!({"type": "image", "source": {"type": "data", "value": six, "mimeType": "image/png"}});
+        let mut v = base();
+        v["messages"] = json!([
+            {"id": "h1", "role": "user", "content": [{"type": "image", "source": {"type": "url", "value": "https://x/y.png"}}]},
+            {"id": "h2", "role": "user", "content": ""},
+            {"id": "h3", "role": "user", "content": [{"type": "audio", "source": {"type": "data", "value": "AA==", "mimeType": "audio/wav"}}]},
+            {"role": "user", "content": [img.clone()]},
+            {"id": "a1", "role": "assistant", "content": null},
+            {"id": "m9", "role": "user", "content": [img.clone()]}
+        ]);
+        let latest = parse(&v).unwrap().user_message.unwrap();
+        assert_eq!(latest.id, "m9");
+        assert_eq!(latest.parts[0]["mediaType"], "image/png");
+        // The latest one is still checked strictly, and a message still needs its role.
+        v["messages"][5]["content"] = json!("");
+        assert!(parse(&v)
+            .unwrap_err()
+            .message(crate::error::Lang::En)
+            .contains("messages[5]"));
+        let e = err_of(|v| {
+            v["messages"] =
+                json!([{"id": "h", "content": "x"}, {"id": "m", "role": "user", "content": "hi"}])
+        });
+        assert!(e.contains("messages[0].role"), "{e}");
     }
 
     #[test]
