@@ -16,7 +16,7 @@ fn setup() -> (FakeKernel, Adapter) {
 }
 
 #[test]
-fn oversized_bodies_wrong_media_types_and_refused_sse_are_http_errors() {
+fn oversized_bodies_wrong_media_types_and_bodies_not_json_are_http_errors() {
     let (_k, a) = setup();
     let big = vec![b' '; 12 * 1024 * 1024 + 1];
     let r = agent()
@@ -43,13 +43,36 @@ fn oversized_bodies_wrong_media_types_and_refused_sse_are_http_errors() {
     assert_eq!(r.status(), 400);
     let v: Value = serde_json::from_str(&r.into_body().read_to_string().unwrap()).unwrap();
     assert_eq!(v["error"]["code"], "INVALID_JSON");
-    let r = agent()
-        .post(format!("{}/", a.url))
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json")
-        .send(serde_json::to_vec(&a.request("t", "r", "hi")).unwrap())
-        .unwrap();
-    assert_eq!(r.status(), 406);
+}
+
+/// `Accept` never refuses a run: the reference streams whatever the client declares (the spec
+/// says a client *should* declare `text/event-stream` and names no refusal), so a client sending
+/// `Accept: application/json`, a media type in capitals (media types are case-insensitive,
+/// RFC 9110 §8.3.1) or anything else gets the SSE stream, as from the reference.
+#[test]
+fn every_accept_value_gets_the_stream_as_from_the_reference() {
+    let (_k, a) = setup();
+    for (i, accept) in [
+        "application/json",
+        "TEXT/EVENT-STREAM",
+        "Text/Event-Stream; q=1",
+        "text/html",
+        "application/json, text/plain;q=0.5",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = a.request("t-accept", &format!("r{i}"), "hi");
+        let resp = agent()
+            .post(format!("{}/", a.url))
+            .header("Content-Type", "application/json")
+            .header("Accept", accept)
+            .send(serde_json::to_vec(&body).unwrap())
+            .unwrap();
+        let r = read_result(resp);
+        assert_eq!(r.status, 200, "Accept: {accept}: {}", r.json);
+        assert_eq!(r.last()["outcome"]["type"], "success", "Accept: {accept}");
+    }
 }
 
 #[test]
