@@ -441,3 +441,55 @@ fn odd_history_messages_never_refuse_a_later_turn() {
         refused.json
     );
 }
+
+/// A `null` optional `forwardedProps.iacCode` field is "not given", as the reference reads it
+/// (its fields declared `X | None = None`; secrets too): the turn runs and nothing of it reaches
+/// the kernel. A required field, or the plain boolean `cleanupOnly`, is still refused as `null`.
+#[test]
+fn a_null_optional_iac_code_field_is_taken_as_absent() {
+    let (k, a) = setup();
+    let mut body = a.request("t-nulls", "r1", "hi");
+    let iac = &mut body["forwardedProps"]["iacCode"];
+    for key in [
+        "model",
+        "llmApiKey",
+        "thinking",
+        "userId",
+        "channel",
+        "preferredLanguage",
+        "candidatePresentation",
+        "runMode",
+        "pipelineName",
+        "alibabaCloud",
+    ] {
+        iac[key] = Value::Null;
+    }
+    let r = a.run(&body);
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.last()["outcome"]["type"], "success");
+    let sent = k.calls("SendStreamingMessage");
+    let meta = &sent[0]["body"]["params"]["message"]["metadata"]["iac_code"];
+    for key in [
+        "iac_code_model",
+        "iac_code_api_key",
+        "user_id",
+        "channel",
+        "run_mode",
+    ] {
+        assert!(meta.get(key).is_none(), "{key} sent: {meta}");
+    }
+    let mut nested = a.request("t-nulls", "r2", "hi");
+    nested["forwardedProps"]["iacCode"]["thinking"] = json!({"effort": null, "budget": null});
+    nested["forwardedProps"]["iacCode"]["alibabaCloud"] = json!({"accessKeyId": null, "accessKeySecret": null, "securityToken": null, "regionId": null});
+    let r = a.run(&nested);
+    assert_eq!(r.status, 200, "{}", r.json);
+    let mut required = a.request("t-nulls", "r3", "hi");
+    required["forwardedProps"]["iacCode"]["cleanupOnly"] = Value::Null;
+    let r = a.run(&required);
+    assert_eq!(
+        (r.status, r.error_code()),
+        (400, "INVALID_INPUT"),
+        "{}",
+        r.json
+    );
+}

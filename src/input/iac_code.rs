@@ -63,13 +63,31 @@ const IAC_CODE_FIELDS: &[&str] = &[
     "alibabaCloud",
 ];
 
+/// The fields the reference declares `X | None = None` (`iac_code/agui/inputs.py`,
+/// `IacCodeForwardedProps`): `null` is "not given". Not `schemaVersion`, `rosInvocationId`, `cwd`
+/// (required) nor `cleanupOnly` (a plain `bool = False`, where the reference refuses `null`).
+const NULLABLE: &[&str] = &[
+    "model",
+    "llmApiKey",
+    "thinking",
+    "userId",
+    "channel",
+    "preferredLanguage",
+    "candidatePresentation",
+    "runMode",
+    "pipelineName",
+    "alibabaCloud",
+];
+
 /// The validated extension and the raw values of its secrets (for the digest to leave out).
 pub(super) fn parse_iac_code<'a>(
     raw: &'a RawValue,
     allowed_cwds: &[PathBuf],
 ) -> Result<(IacCode, Vec<&'a RawValue>), Error> {
     const P: &str = "forwardedProps.iacCode";
-    let obj = object(raw, IAC_CODE_FIELDS, P)?.strict(P)?;
+    let obj = object(raw, IAC_CODE_FIELDS, P)?
+        .strict(P)?
+        .null_is_absent(NULLABLE);
     let mut secrets: Vec<&RawValue> = obj.get("llmApiKey").into_iter().collect();
     match obj.get("schemaVersion") {
         None => return Err(missing("forwardedProps.iacCode.schemaVersion")),
@@ -135,7 +153,10 @@ fn parse_alibaba_cloud<'a>(
         "securityToken",
         "regionId",
     ];
-    let c = object(raw, &keys, path)?.strict(path)?;
+    // All four are `str | None = None` in the reference's `AlibabaCloudOptions`.
+    let c = object(raw, &keys, path)?
+        .strict(path)?
+        .null_is_absent(&keys);
     secrets.extend(c.get("accessKeySecret"));
     secrets.extend(c.get("securityToken"));
     let f = |k: &str| string_field(&c, k, &format!("{path}.{k}"));
@@ -149,7 +170,11 @@ fn parse_alibaba_cloud<'a>(
 
 fn parse_thinking(raw: &RawValue) -> Result<ThinkingOptions, Error> {
     let path = "forwardedProps.iacCode.thinking";
-    let t = object(raw, &["enabled", "effort", "budget"], path)?.strict(path)?;
+    // `effort` and `budget` are `X | None = None` in the reference's `ThinkingOptions`;
+    // `enabled` is a plain `bool = False` (`null` refused there and here).
+    let t = object(raw, &["enabled", "effort", "budget"], path)?
+        .strict(path)?
+        .null_is_absent(&["effort", "budget"]);
     let budget = match t.get("budget") {
         None => None,
         Some(b) => match (kind(b) == Kind::Number).then(|| value(b)).transpose()? {
@@ -183,6 +208,35 @@ mod tests {
         );
         let e = err_of(|v| v["forwardedProps"]["iacCode"]["thinking"] = json!({"x": 1}));
         assert!(e.contains("thinking.x"), "{e}");
+    }
+
+    #[test]
+    fn a_null_optional_field_is_absent_as_in_the_reference() {
+        use crate::input::fixtures::{base, parse};
+        let mut v = base();
+        let iac = &mut v["forwardedProps"]["iacCode"];
+        for key in super::NULLABLE {
+            iac[*key] = json!(null);
+        }
+        iac["thinking"] = json!({"enabled": true, "effort": null, "budget": null});
+        iac["alibabaCloud"] = json!({"accessKeyId": null, "accessKeySecret": null,
+                                     "securityToken": null, "regionId": null});
+        let r = parse(&v).unwrap();
+        assert!(r.iac.model.is_none() && r.iac.llm_api_key.is_none() && r.iac.run_mode.is_none());
+        assert_eq!(r.iac.thinking.as_ref().unwrap().enabled, Some(true));
+        assert!(r.iac.thinking.unwrap().budget.is_none());
+        assert!(r.iac.alibaba_cloud.unwrap().access_key_secret.is_none());
+        v["forwardedProps"]["iacCode"]["thinking"] = json!(null);
+        v["forwardedProps"]["iacCode"]["alibabaCloud"] = json!(null);
+        let r = parse(&v).unwrap();
+        assert!(r.iac.thinking.is_none() && r.iac.alibaba_cloud.is_none());
+        // Required fields and the reference's plain booleans still refuse null.
+        for key in ["rosInvocationId", "cwd", "cleanupOnly", "schemaVersion"] {
+            let e = err_of(|v| v["forwardedProps"]["iacCode"][key] = json!(null));
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        let e = err_of(|v| v["forwardedProps"]["iacCode"]["thinking"] = json!({"enabled": null}));
+        assert!(e.contains("thinking.enabled"), "{e}");
     }
 
     #[test]

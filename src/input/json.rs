@@ -56,6 +56,15 @@ impl<'a> Obj<'a> {
         self.fields.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
 
+    /// The object with a `null` in any of `keys` taken as absent: the reference's optional
+    /// fields (`str | None = None`) take `null` as "not given", and a client written against it
+    /// sends `"model": null` for a field it leaves unset.
+    pub(super) fn null_is_absent(mut self, keys: &[&str]) -> Obj<'a> {
+        self.fields
+            .retain(|(k, v)| !(keys.contains(k) && kind(v) == Kind::Null));
+        self
+    }
+
     /// The first key the object holds beyond the known ones.
     pub(super) fn unknown_key(&self) -> Option<&str> {
         self.unknown.as_deref()
