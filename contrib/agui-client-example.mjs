@@ -96,7 +96,7 @@ async function answerInterrupt(interrupt, ask) {
 
   const branches = schema.oneOf || schema.anyOf || [];
   const choices = branches
-    .map((b) => ({ id: b.properties?.selectedId?.const, title: b.title }))
+    .map((b) => ({ id: b.properties?.selectedId?.const, title: b.properties?.selectedId?.title ?? b.title }))
     .filter((c) => c.id !== undefined);
   const freeText = branches.some((b) => b.properties?.freeText);
   if (choices.length || freeText) {

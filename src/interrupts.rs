@@ -175,8 +175,8 @@ pub(crate) fn response_schema(input: &Value) -> Value {
             let mut branches: Vec<Value> = options
                 .iter()
                 .map(|(id, title)| {
-                    json!({"type": "object", "title": title,
-                    "properties": {"selectedId": {"const": id}, "parameter_overrides": overrides},
+                    json!({"type": "object",
+                    "properties": {"selectedId": option_property(id, title), "parameter_overrides": overrides},
                     "required": ["selectedId"], "additionalProperties": false})
                 })
                 .collect();
@@ -194,8 +194,8 @@ pub(crate) fn response_schema(input: &Value) -> Value {
             let mut branches: Vec<Value> = options
                 .iter()
                 .map(|(id, title)| {
-                    json!({"type": "object", "title": title,
-                    "properties": {"selectedId": {"const": id}},
+                    json!({"type": "object",
+                    "properties": {"selectedId": option_property(id, title)},
                     "required": ["selectedId"], "additionalProperties": false})
                 })
                 .collect();
@@ -206,6 +206,13 @@ pub(crate) fn response_schema(input: &Value) -> Value {
             json!({ "oneOf": branches })
         }
     }
+}
+
+/// One option as the `selectedId` property of its `oneOf` branch, labelled there as the reference
+/// labels it (`iac_code/agui/events.py`, `_selection_schema`): a console that draws the options
+/// from the schema reads the property's `title`.
+fn option_property(id: &str, title: &str) -> Value {
+    json!({"type": "string", "const": id, "title": title})
 }
 
 fn free_text_branch() -> Value {

@@ -291,3 +291,27 @@ fn a_denied_deploy_ends_the_pipeline_with_pipeline_failed_closing_its_steps() {
         "the run ends; the pipeline's business end is pipeline_failed (not a CUSTOM type)"
     );
 }
+
+/// A pipeline's candidate selection labels each option where the reference does
+/// (`iac_code/agui/events.py`, `_selection_schema`): on the `selectedId` property of its `oneOf`
+/// branch (`type: string`, `const`, `title`), the branch itself a plain object, so a console that
+/// draws options from the schema shows the same labels with either adapter.
+#[test]
+fn a_candidate_selection_schema_titles_each_option_on_its_property_as_the_reference() {
+    let k = FakeKernel::start();
+    let a = Adapter::start(&k.url);
+    let mut body = a.request("t-select", "r1", "scenario:selection");
+    body["forwardedProps"]["iacCode"]["runMode"] = json!("pipeline");
+    let r = a.run(&body);
+    let i = &r.interrupts()[0];
+    assert_eq!(i["metadata"]["kind"], "candidate_selection");
+    let option = |id: &str, title: &str| {
+        json!({"type": "object",
+               "properties": {"selectedId": {"type": "string", "const": id, "title": title}},
+               "required": ["selectedId"], "additionalProperties": false})
+    };
+    assert_eq!(
+        i["responseSchema"],
+        json!({"oneOf": [option("0", "Plan A"), option("1", "Plan B")]})
+    );
+}

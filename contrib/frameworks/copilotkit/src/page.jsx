@@ -39,7 +39,7 @@ function InterruptCard({ interrupt, resolve }) {
     const props = branch.properties || {};
     if (props.selectedId?.const !== undefined) {
       const id = props.selectedId.const;
-      buttons.push({ key: `opt-${id}`, label: branch.title || id, payload: { selectedId: id } });
+      buttons.push({ key: `opt-${id}`, label: props.selectedId.title || branch.title || id, payload: { selectedId: id } });
     } else if (props.freeText) freeText = "freeText";
     else if (props.value && !freeText) freeText = "value";
   }
