@@ -527,3 +527,50 @@ fn a_pipeline_event_missed_between_a_side_answer_and_the_subscription_is_recover
         .unwrap();
     assert!(last_state.contains("afterSequence=1"), "{last_state}");
 }
+
+/// A resume the adapter refuses before the kernel takes an answer (an unknown interrupt, a
+/// repeated or missing one, an invalid or missing payload, an answer applied already) is
+/// `RUN_STARTED` then `RUN_ERROR` only, as from the reference: `iac-code.session.v1` comes only
+/// once the kernel accepted the answers (it tells ROS the parked execution went on), so it opens
+/// the accepted resume's events instead.
+#[test]
+fn a_refused_resume_is_run_started_then_run_error_only() {
+    let (_k, a) = setup();
+    let (_, i) = a.interrupted("t-refused");
+    let id = &i["id"];
+    let refusals = [
+        (
+            json!([{"interruptId": "nope", "status": "cancelled"}]),
+            "UNKNOWN_INTERRUPT",
+        ),
+        (
+            json!([{"interruptId": id, "status": "cancelled"}, {"interruptId": id, "status": "cancelled"}]),
+            "INCOMPLETE_RESUME",
+        ),
+        (json!([]), "INCOMPLETE_RESUME"),
+        (
+            json!([{"interruptId": id, "status": "resolved", "payload": {"decision": "always"}}]),
+            "RESUME_PAYLOAD_INVALID",
+        ),
+        (
+            json!([{"interruptId": id, "status": "resolved"}]),
+            "RESUME_PAYLOAD_INVALID",
+        ),
+    ];
+    for (n, (resume, code)) in refusals.into_iter().enumerate() {
+        let r = a.run(&a.resume_request("t-refused", &format!("bad-{n}"), resume));
+        assert_eq!(r.error_code(), code);
+        assert_eq!(r.types(), ["RUN_STARTED", "RUN_ERROR"], "{code}");
+    }
+    let ok = a.run(&a.resume_request("t-refused", "good", allow(id)));
+    assert_eq!(ok.last()["outcome"]["type"], "success");
+    assert_eq!(
+        (ok.events[1]["type"].as_str(), ok.events[1]["name"].as_str()),
+        (Some("CUSTOM"), Some("iac-code.session.v1")),
+        "{:?}",
+        ok.types()
+    );
+    let again = a.run(&a.resume_request("t-refused", "again", allow(id)));
+    assert_eq!(again.error_code(), "RESUME_ALREADY_APPLIED");
+    assert_eq!(again.types(), ["RUN_STARTED", "RUN_ERROR"]);
+}

@@ -89,12 +89,14 @@ const RUN1: &[&str] = &[
     "RUN_FINISHED:interrupt",
 ];
 
+/// The resume: the steps re-opened and the missed events recovered first, then the session once
+/// the kernel took the answer (the reference's order, `iac_code/agui/adapter.py`).
 const RUN2: &[&str] = &[
     "RUN_STARTED",
-    "CUSTOM:iac-code.session.v1",
     "STEP_STARTED:deploy",
     "ACTIVITY_SNAPSHOT:iac-code.pipeline.v1",
     "CUSTOM:stack_progress",
+    "CUSTOM:iac-code.session.v1",
     "TOOL_CALL_RESULT:call_d",
     "TEXT_MESSAGE_START",
     "TEXT_MESSAGE_CONTENT:Deployed.",

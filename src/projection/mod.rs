@@ -137,6 +137,24 @@ impl Projection {
         self
     }
 
+    /// A resume: the session is announced only once the kernel accepted the answers
+    /// ([`accepted`](Self::accepted)), as the reference does (`iac_code/agui/adapter.py`, the
+    /// session event after `acceptance.accepted`, which tells ROS the parked execution took the
+    /// resume): a resume refused before that is `RUN_STARTED` then `RUN_ERROR`, with nothing
+    /// between that claims the execution went on.
+    pub(crate) fn until_accepted(mut self) -> Projection {
+        self.session.hold();
+        self
+    }
+
+    /// The kernel took the resume's answers: the session is announced now, before the events
+    /// that follow them (the answered question's tool result first of all).
+    pub(crate) fn accepted(&mut self, events: &mut impl EventSink) {
+        self.session.release();
+        let out = &mut Out::new(events, self.clock);
+        self.announce(out);
+    }
+
     /// A new turn of a thread whose iac-code session is known: the same one is expected.
     pub fn in_session(mut self, session_id: Option<&str>) -> Projection {
         if let Some(s) = session_id {

@@ -12,6 +12,8 @@ pub(super) struct Session {
     task_id: Option<String>,
     session_id: Option<String>,
     announced: bool,
+    /// A resume whose answers the kernel has not accepted yet: nothing is announced until then.
+    held: bool,
 }
 
 impl Session {
@@ -21,6 +23,7 @@ impl Session {
             task_id: Some(task_id.to_string()),
             session_id: session_id.map(String::from),
             announced: false,
+            held: false,
         }
     }
 
@@ -98,9 +101,18 @@ impl Session {
         self.task_id.is_some() && self.session_id.is_some()
     }
 
+    /// Holds the announcement back until [`release`](Self::release).
+    pub(super) fn hold(&mut self) {
+        self.held = true;
+    }
+
+    pub(super) fn release(&mut self) {
+        self.held = false;
+    }
+
     /// `iac-code.session.v1`, once per run, before the first event that belongs to the task.
     pub(super) fn announce(&mut self, ids: &RunIds, out: &mut Out) {
-        if self.announced {
+        if self.announced || self.held {
             return;
         }
         self.announced = true;

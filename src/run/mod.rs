@@ -149,7 +149,9 @@ impl<'a> Run<'a> {
         if let (Mode::Resume(_), Some(exec)) = (&a.mode, &a.doc.execution) {
             if let Some(task) = &exec.task_id {
                 let durable = durable_of(exec);
-                proj = proj.resuming(task, a.doc.iac_code_session_id.as_deref(), durable);
+                proj = proj
+                    .resuming(task, a.doc.iac_code_session_id.as_deref(), durable)
+                    .until_accepted();
             }
         }
         let lang_tag =

@@ -55,6 +55,7 @@ impl Run<'_> {
             // back): the task runs on; follow it.
             Continue((task_id, answers)) if answers.is_empty() => {
                 let since = self.proj.durable().pipeline_sequence;
+                self.proj.accepted(&mut self.out);
                 self.cancel_on_disconnect();
                 self.follow(&task_id, since)
             }
@@ -328,6 +329,7 @@ impl Run<'_> {
                 return end;
             }
         }
+        self.proj.accepted(&mut self.out);
         self.cancel_on_disconnect();
         self.follow(task_id, since)
     }
@@ -469,6 +471,7 @@ impl Run<'_> {
             Err(e) => return Break(End::Failed(refused(e))),
         };
         self.record_applied(&answered.entry)?;
+        self.proj.accepted(&mut self.out);
         self.cancel_on_disconnect();
         Continue((upstream, first))
     }
