@@ -359,3 +359,55 @@ fn a_client_leaving_a_hung_kernel_frees_its_thread_within_seconds() {
         "the cancel's failure is not logged"
     );
 }
+
+/// A Stop that comes before the kernel named the task (its first item, the submitted task,
+/// comes 1.5 s later, then nothing more: the task works on silently) is answered `cancelled` at
+/// once, and `CancelTask` goes the moment the task id arrives: the run waits for it (bounded,
+/// `STOP_BOUND`) instead of cutting the upstream after its grace with the task unknown, and the
+/// run thread cancels as soon as it learns the id, without waiting for another item.
+#[test]
+fn a_stop_before_the_task_is_known_cancels_the_task_once_its_id_arrives() {
+    let (k, a) = setup();
+    k.script(
+        "late-task",
+        vec![
+            fake_kernel::Step::HoldTask("task".into()),
+            fake_kernel::Step::Hang,
+        ],
+    );
+    let mut s = open_run(
+        &a.url,
+        &body_of(&a.request("t-late", "r1", "scenario:late-task")),
+    );
+    assert!(eventually(5, || !k
+        .calls("SendStreamingMessage")
+        .is_empty()));
+    let execution = a.state_file("t-late")["execution"]["executionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(a.state_file("t-late")["execution"]["taskId"].is_null());
+    let (status, v) = a.cancel(&execution, "t-late");
+    assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
+    // Past the upstream grace (0.5 s), within the bound (3 s).
+    std::thread::sleep(Duration::from_millis(1500));
+    k.open("task");
+    assert!(
+        eventually(5, || !k.calls("CancelTask").is_empty()),
+        "no CancelTask once the task id arrived"
+    );
+    let task = k.calls("CancelTask")[0]["body"]["params"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(eventually(5, || k.task_state(&task).as_deref()
+        == Some("TASK_STATE_CANCELED")));
+    let rest = test_support::raw::read_until(&mut s, b"RUN_ERROR", Duration::from_secs(10))
+        .unwrap_or_else(|g| panic!("no RUN_ERROR: {}", String::from_utf8_lossy(&g)));
+    let err = test_support::raw::events(&rest)
+        .into_iter()
+        .find(|e| e["type"] == "RUN_ERROR")
+        .unwrap();
+    assert_eq!(err["code"], "CANCELLED", "{err}");
+    a.assert_turn_succeeds("t-late", "r2");
+}

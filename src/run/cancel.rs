@@ -128,16 +128,25 @@ const STUCK_WRITE: Duration = Duration::from_millis(200);
 pub(crate) const STOP_BOUND: Duration = Duration::from_secs(3);
 
 /// Makes sure a cancelled run ends soon, whether or not its kernel answers and its client reads:
-/// after [`UPSTREAM_GRACE`] its upstream connection is shut down (a kernel that ignores
-/// `CancelTask` and never ends the stream no longer holds the run), a client whose write is
-/// blocked is cut at once, and at [`STOP_BOUND`] both are. The run then ends on its own thread
+/// [`UPSTREAM_GRACE`] after its task is known (the cancel, or the moment the kernel names the
+/// task) its upstream connection is shut down (a kernel that ignores `CancelTask` and never ends
+/// the stream no longer holds the run), a client whose write is blocked is cut at once, and at
+/// [`STOP_BOUND`] both are. While the task is unknown the upstream stays open (up to the bound):
+/// cut then, the run could never learn the task to cancel, and the kernel would work on; the run
+/// thread sends `CancelTask` the moment the id arrives. The run then ends on its own thread
 /// (`RUN_ERROR CANCELLED` for a client still reading) and frees the AG-UI thread.
 pub(super) fn stop_soon(live: Arc<LiveRun>) {
     std::thread::spawn(move || {
         let started = Instant::now();
         let mut upstream_stopped = false;
+        let task_known = || live.active.lock().task_id.lock().is_some();
+        let mut grace_from = task_known().then_some(started);
         while !live.has_ended() && started.elapsed() < STOP_BOUND {
-            if !upstream_stopped && started.elapsed() >= UPSTREAM_GRACE {
+            if grace_from.is_none() && task_known() {
+                grace_from = Some(Instant::now());
+            }
+            let grace_over = grace_from.is_some_and(|t| t.elapsed() >= UPSTREAM_GRACE);
+            if !upstream_stopped && grace_over {
                 log::info!(
                     "run {}: the kernel did not end the cancelled stream within {:?}; closing it",
                     live.ids.run_id,

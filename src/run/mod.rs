@@ -365,6 +365,11 @@ impl<'a> Run<'a> {
         if changed_task {
             self.execution().task_id = task.clone();
             *self.active.task_id.lock() = task;
+            // A Stop (or a client that left) came before the kernel named the task: its
+            // CancelTask goes now, not once another item arrives (a kernel may send none).
+            if self.active.is_cancelled() {
+                self.cancel_upstream();
+            }
         }
         if changed_session {
             self.doc.iac_code_session_id = session;

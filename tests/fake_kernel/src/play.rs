@@ -26,7 +26,7 @@ type Out<'a> = &'a TcpStream;
 
 /// Whether the stream goes on after a step.
 #[derive(PartialEq)]
-enum Next {
+pub(crate) enum Next {
     Continue,
     Stop,
 }
@@ -57,7 +57,7 @@ fn play_step(state: &Arc<State>, out: &mut Out, vars: &Vars, step: &Step) -> std
             text,
         } => agent_status(state, out, vars, st, iac, text.as_deref()),
         Step::Sleep(ms) => sleep(state, out, vars, *ms),
-        Step::Gate(name) => gate(state, vars, name),
+        Step::Gate(name) | Step::HoldTask(name) => gate(state, vars, name),
         Step::Hang => hang(state, out, vars),
         Step::Input {
             envelope,
@@ -221,7 +221,7 @@ fn sleep(state: &State, out: &mut Out, vars: &Vars, ms: u64) -> std::io::Result<
 }
 
 /// Waits for the gate (or a cancel, which the next step notices).
-fn gate(state: &State, vars: &Vars, name: &str) -> std::io::Result<Next> {
+pub(crate) fn gate(state: &State, vars: &Vars, name: &str) -> std::io::Result<Next> {
     let mut gates = state.gates.lock().unwrap();
     while !gates.contains(name) && !cancelled(state, &vars.task) {
         gates = state

@@ -16,6 +16,9 @@ pub enum Step {
     Sleep(u64),
     /// Blocks until the test opens the gate (`FakeKernel::open`).
     Gate(String),
+    /// As a script's first step only: the stream's first item (the submitted task, which names
+    /// the task id) waits for the gate, so a test can act while the adapter knows no task yet.
+    HoldTask(String),
     /// Blocks until `CancelTask`, then sends `TASK_STATE_CANCELED`.
     Hang,
     /// Ends the stream with an input wait; the answer picks the continuation.

@@ -367,6 +367,13 @@ fn stream(
 ) -> std::io::Result<()> {
     let mut out = conn;
     out.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n")?;
+    let script = match script.split_first() {
+        Some((Step::HoldTask(name), rest)) => {
+            crate::play::gate(state, vars, name)?;
+            rest
+        }
+        _ => script,
+    };
     emit(&mut out, vars, first)?;
     play(state, &mut out, vars, script)
 }
