@@ -670,7 +670,8 @@ fn the_thread_file_stays_small_after_many_runs() {
     );
     let a = start(&k.url, &[]);
     // 256-byte runIds (the longest allowed): each idempotency record is about 330 bytes, so an
-    // unpruned file grows ~10 KiB per 30 runs; a pruned one stops growing once full.
+    // unpruned file grows ~10 KiB per 30 runs; past the newest 256 whole records, a run costs
+    // 16 bytes (21.3 as base64) in `usedRunIds` whatever its id's length: ~640 bytes per 30 runs.
     let run_id = |i: usize| format!("{i:04}-{}", "r".repeat(251));
     let file = a.state_dir.join("threads/t-many.json");
     let (n, probe) = (300, 270);

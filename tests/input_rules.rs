@@ -493,3 +493,37 @@ fn a_null_optional_iac_code_field_is_taken_as_absent() {
         r.json
     );
 }
+
+/// A used `runId` is never usable again (the spec), also after 256 newer runs on the thread:
+/// the newest 256 are kept whole in `runDigests`, every older one hashed in `usedRunIds`
+/// (16 bytes a run), so the same request again is `DUPLICATE_RUN_ID` and another one
+/// `RUN_ID_CONFLICT`, as for a recent run, and the file stays loadable by the reference.
+#[test]
+fn a_used_run_id_is_never_usable_again_even_after_256_newer_runs() {
+    let (k, a) = setup();
+    let first = a.request("t-reuse", "r-first", "hi");
+    assert_eq!(a.run(&first).last()["outcome"]["type"], "success");
+    for i in 0..260 {
+        a.assert_turn_succeeds("t-reuse", &format!("r{i:03}"));
+    }
+    let sent = k.calls("SendStreamingMessage").len();
+    let again = a.run(&first);
+    assert_eq!(
+        (again.status, again.error_code()),
+        (409, "DUPLICATE_RUN_ID")
+    );
+    let other = a.run(&a.request("t-reuse", "r-first", "something else"));
+    assert_eq!((other.status, other.error_code()), (409, "RUN_ID_CONFLICT"));
+    let old = a.run(&a.request("t-reuse", "r000", "something else"));
+    assert_eq!((old.status, old.error_code()), (409, "RUN_ID_CONFLICT"));
+    assert_eq!(
+        k.calls("SendStreamingMessage").len(),
+        sent,
+        "nothing reached the kernel"
+    );
+    let state = a.state_file("t-reuse");
+    assert_eq!(state["runDigests"].as_object().unwrap().len(), 256);
+    // 261 runs: 256 whole, 5 as 16-byte records (80 bytes, 108 as base64).
+    assert_eq!(state["usedRunIds"].as_str().unwrap().len(), 108);
+    a.assert_turn_succeeds("t-reuse", "r-next");
+}

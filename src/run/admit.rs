@@ -7,7 +7,7 @@ use crate::app::App;
 use crate::error::{Error, Lang, Msg};
 use crate::ids;
 use crate::input::{ResumeEntry, RunInput, UserMessage};
-use crate::store::{ActiveRun, Execution, Recorded, Slot, ThreadDoc};
+use crate::store::{ActiveRun, Execution, Recorded, Seen, Slot, ThreadDoc};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -88,8 +88,7 @@ fn admit_locked(
         Some(entries) => resume_mode(&doc, &input, entries, waits)?,
         None => new_turn_mode(&mut doc, &mut input)?,
     };
-    doc.run_digests
-        .insert(input.run_id.clone(), input.digest.clone());
+    doc.record_run(input.run_id.clone(), input.digest.clone());
     app.store.save(&doc)?;
     let exec = doc.execution.as_ref().ok_or_else(lost)?;
     let active = ActiveRun::new(&exec.execution_id, exec.task_id.clone());
@@ -131,12 +130,10 @@ fn run_id_conflict(input: &RunInput) -> Error {
 }
 
 fn check_against(doc: &ThreadDoc, input: &RunInput) -> Result<(), Error> {
-    if let Some(d) = doc.run_digests.get(&input.run_id) {
-        return Err(if *d == input.digest {
-            Msg::DuplicateRunId.err()
-        } else {
-            run_id_conflict(input)
-        });
+    match doc.run_seen(&input.run_id, &input.digest) {
+        Some(Seen::Same) => return Err(Msg::DuplicateRunId.err()),
+        Some(Seen::Other) => return Err(run_id_conflict(input)),
+        None => {}
     }
     if doc.cwd != input.iac.cwd || doc.user_id != input.iac.user_id {
         return Err(Msg::ThreadBound.err());

@@ -1,6 +1,7 @@
 //! The thread document: what one thread's JSON file holds (the reference's layout), bounded in size
 //! however many runs the thread has, and byte-compatible with files the reference wrote.
 
+use super::used::{Seen, UsedRunIds};
 use crate::ids;
 use crate::modes::RunMode;
 use serde::{Deserialize, Serialize};
@@ -19,14 +20,18 @@ pub(crate) struct ThreadDoc {
     pub(crate) execution: Option<Execution>,
     #[serde(default)]
     pub(crate) run_digests: RunDigests,
+    /// The runs before the newest [`MAX_RUN_DIGESTS`], hashed (`used.rs`): never reusable.
+    #[serde(default, skip_serializing_if = "UsedRunIds::is_empty")]
+    pub(crate) used_run_ids: UsedRunIds,
     #[serde(default)]
     pub(crate) applied_resume_digests: Vec<AppliedDigest>,
     #[serde(default)]
     pub(crate) terminal_execution_ids: Vec<String>,
 }
 
-/// How many idempotency records a thread keeps: the newest ones, so the file stays small whatever
-/// the number of runs (a retry comes within seconds, not hundreds of runs later).
+/// How many idempotency records a thread keeps whole (run id and request digest): the newest
+/// ones; older runs are remembered hashed, 16 bytes each, in `usedRunIds` (`used.rs`), so a used
+/// run id is never usable again while the file stays small.
 pub(crate) const MAX_RUN_DIGESTS: usize = 256;
 
 /// How many ended executions a thread remembers (the cancel extension answers `already_terminal`
@@ -34,8 +39,9 @@ pub(crate) const MAX_RUN_DIGESTS: usize = 256;
 pub(crate) const MAX_TERMINAL_EXECUTIONS: usize = 64;
 
 /// `runDigests`: runId → request digest, the reference's JSON object, kept in insertion order (the
-/// object's key order in the file is that order) and pruned to the newest [`MAX_RUN_DIGESTS`].
-/// A file the reference wrote (keys sorted) loads too; its order is then simply the sorted one.
+/// object's key order in the file is that order); [`ThreadDoc::record_run`] moves the oldest
+/// beyond [`MAX_RUN_DIGESTS`] to `usedRunIds`. A file the reference wrote (keys sorted, every
+/// run it ever admitted) loads whole; its order is then simply the sorted one.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct RunDigests(Vec<(String, String)>);
 
@@ -44,12 +50,16 @@ impl RunDigests {
         self.0.iter().find(|(k, _)| k == run_id).map(|(_, v)| v)
     }
 
-    /// Records (or refreshes) a run's digest as the newest, dropping the oldest beyond the cap.
+    /// Records (or refreshes) a run's digest as the newest.
     pub(crate) fn insert(&mut self, run_id: String, digest: String) {
         self.0.retain(|(k, _)| *k != run_id);
         self.0.push((run_id, digest));
-        let excess = self.0.len().saturating_sub(MAX_RUN_DIGESTS);
-        self.0.drain(..excess);
+    }
+
+    /// Takes out the oldest records beyond the newest `keep`.
+    fn take_oldest(&mut self, keep: usize) -> Vec<(String, String)> {
+        let excess = self.0.len().saturating_sub(keep);
+        self.0.drain(..excess).collect()
     }
 
     #[cfg(test)]
@@ -204,8 +214,27 @@ impl ThreadDoc {
             iac_code_session_id: None,
             execution: None,
             run_digests: RunDigests::default(),
+            used_run_ids: UsedRunIds::default(),
             applied_resume_digests: Vec::new(),
             terminal_execution_ids: Vec::new(),
+        }
+    }
+
+    /// Records an admitted run: whole among the newest [`MAX_RUN_DIGESTS`], the oldest moved to
+    /// `usedRunIds` (hashed), so the run id stays used for good.
+    pub(crate) fn record_run(&mut self, run_id: String, digest: String) {
+        self.run_digests.insert(run_id, digest);
+        for (run_id, digest) in self.run_digests.take_oldest(MAX_RUN_DIGESTS) {
+            self.used_run_ids.push(&run_id, &digest);
+        }
+    }
+
+    /// Whether `run_id` was used on the thread, by this request (`digest`) or another.
+    pub(crate) fn run_seen(&self, run_id: &str, digest: &str) -> Option<Seen> {
+        match self.run_digests.get(run_id) {
+            Some(d) if d == digest => Some(Seen::Same),
+            Some(_) => Some(Seen::Other),
+            None => self.used_run_ids.seen(run_id, digest),
         }
     }
 

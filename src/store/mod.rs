@@ -7,6 +7,7 @@
 //! text or credentials.
 
 mod doc;
+mod used;
 
 use crate::error::{Error, Msg};
 use crate::ids;
@@ -17,6 +18,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+pub(crate) use used::Seen;
 
 /// A run in progress on a thread (at most one).
 pub(crate) struct ActiveRun {
@@ -412,10 +414,10 @@ mod tests {
     }
 
     #[test]
-    fn run_digests_keep_the_newest_in_order_and_stay_an_object() {
+    fn run_digests_keep_the_newest_in_order_and_every_older_run_stays_used() {
         let mut doc = ThreadDoc::new("t", "/w", None);
         for i in 0..(MAX_RUN_DIGESTS + 44) {
-            doc.run_digests.insert(format!("r{i:04}"), format!("d{i}"));
+            doc.record_run(format!("r{i:04}"), format!("d{i}"));
         }
         assert_eq!(doc.run_digests.len(), MAX_RUN_DIGESTS);
         assert_eq!(doc.run_digests.get("r0043"), None);
@@ -423,20 +425,26 @@ mod tests {
             doc.run_digests.get("r0044").map(String::as_str),
             Some("d44")
         );
-        // A refreshed id becomes the newest, so the next prune drops r0045, not it.
-        doc.run_digests.insert("r0044".into(), "again".into());
-        doc.run_digests.insert("new".into(), "x".into());
-        assert_eq!(doc.run_digests.get("r0045"), None);
-        assert_eq!(
-            doc.run_digests.get("r0044").map(String::as_str),
-            Some("again")
-        );
+        // Evicted from the whole records, never forgotten: the same request, or another one.
+        assert_eq!(doc.run_seen("r0000", "d0"), Some(Seen::Same));
+        assert_eq!(doc.run_seen("r0043", "other"), Some(Seen::Other));
+        assert_eq!(doc.run_seen("r0044", "d44"), Some(Seen::Same));
+        assert_eq!(doc.run_seen("fresh", "d0"), None);
         let json = serde_json::to_value(&doc).unwrap();
         let map = json["runDigests"].as_object().unwrap();
         assert_eq!(map.len(), MAX_RUN_DIGESTS);
+        assert_eq!(
+            json["usedRunIds"].as_str().unwrap().len(),
+            (44 * 16usize).div_ceil(3) * 4
+        );
         let text = serde_json::to_string(&doc).unwrap();
         let back: ThreadDoc = serde_json::from_str(&text).unwrap();
-        assert_eq!(back, doc, "insertion order survives a save and a load");
+        assert_eq!(
+            back, doc,
+            "insertion order and the used ids survive a save and a load"
+        );
+        // A file without the key (older, or the reference's: every run in `runDigests`) loads
+        // whole, and its oldest runs move to `usedRunIds` at the next run.
         let big = format!(
             "{{\"schemaVersion\":1,\"threadId\":\"t\",\"contextId\":\"c\",\"cwd\":\"/w\",\
              \"userId\":null,\"iacCodeSessionId\":null,\"execution\":null,\"runDigests\":{{{}}}}}",
@@ -445,8 +453,11 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(",")
         );
-        let legacy: ThreadDoc = serde_json::from_str(&big).unwrap();
+        let mut legacy: ThreadDoc = serde_json::from_str(&big).unwrap();
+        assert_eq!(legacy.run_digests.len(), 1000);
+        legacy.record_run("new".into(), "x".into());
         assert_eq!(legacy.run_digests.len(), MAX_RUN_DIGESTS);
-        assert!(legacy.run_digests.get("k999").is_some());
+        assert_eq!(legacy.run_seen("k0", "v"), Some(Seen::Same));
+        assert_eq!(legacy.run_seen("k999", "w"), Some(Seen::Other));
     }
 }
