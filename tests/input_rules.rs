@@ -257,6 +257,15 @@ fn a_non_loopback_host_header_is_refused() {
         let r = run_with_host(&a, host, &format!("t-host-bad-{i}"));
         assert!((400..500).contains(&r.status), "Host {host}: {}", r.head);
         assert_eq!(r.error_code(), "INVALID_INPUT", "Host {host}");
+        // It names the value it compared and the way out behind a proxy that passes the Host.
+        let message = r.json()["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(
+            message.contains(&format!("`{host}`")) && message.contains("--allowed-host"),
+            "{message}"
+        );
     }
     assert!(
         k.calls("SendStreamingMessage").is_empty(),

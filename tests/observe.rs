@@ -493,6 +493,37 @@ fn a_disallowed_origin_gets_no_cors_headers_and_no_run() {
     let _ = resp.into_body().into_reader().read_to_end(&mut Vec::new());
 }
 
+/// What a plain nginx `proxy_pass` does to a page it serves from `http://localhost:8080`: the
+/// adapter gets the page's `Origin` and the upstream's `Host`. The 403 names both causes (the
+/// proxy must pass the page's Host; another origin must be allowed) with the values compared,
+/// and the log says which header and value it compared. (Through Debian's nginx itself:
+/// `tests/proxy/run.sh`.)
+#[test]
+fn an_origin_refusal_names_both_causes_and_the_values_it_compared() {
+    let (_k, a) = setup();
+    let resp = post_from(&a, "http://localhost:8080", "t-proxied");
+    assert_eq!(resp.status(), 403);
+    let v: serde_json::Value =
+        serde_json::from_str(&resp.into_body().read_to_string().unwrap()).unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    let host = a.url.trim_start_matches("http://");
+    for part in [
+        "`http://localhost:8080`".to_string(),
+        format!("`{host}`"),
+        "proxy_set_header Host $http_host".to_string(),
+        "--cors-allow-origin http://localhost:8080".to_string(),
+    ] {
+        assert!(message.contains(&part), "{part} not in: {message}");
+    }
+    assert!(
+        eventually(5, || a.logs().contains(&format!(
+            "Origin \"http://localhost:8080\" is neither the request's Host \"{host}\""
+        ))),
+        "{}",
+        a.logs()
+    );
+}
+
 #[test]
 fn without_the_flag_no_other_origin_is_served() {
     let (k, a) = setup();

@@ -66,6 +66,11 @@ if [ -z "${SKIP_BROWSER:-}" ]; then
   bash tests/browser/run.sh
 fi
 
+if [ -z "${SKIP_PROXY:-}" ]; then
+  step "proxy: a plain nginx proxy_pass in front of the adapter (the Origin refusal names both causes)"
+  bash tests/proxy/run.sh
+fi
+
 if [ -z "${SKIP_FRAMEWORKS:-}" ]; then
   step "chat frameworks behind the real kernel: CopilotKit and assistant-ui in chromium, TanStack AI in Node (screenshots in target/framework-screenshots)"
   bash tests/frameworks/copilotkit/run.sh

@@ -23,8 +23,21 @@ pub(super) fn check_host(config: &Config, req: &Request) -> Result<(), Error> {
     }
     let enforced = config::is_loopback_host(&config.host) || !config.allowed_hosts.is_empty();
     match host {
-        Some(h) if enforced && !host_allowed(h, config) => Err(Msg::HostNotAllowed.err()),
+        Some(h) if enforced && !host_allowed(h, config) => {
+            // The operator's side of the refusal: which header, which value (never a secret).
+            log::info!("refused: Host {h:?} is not loopback nor an --allowed-host entry");
+            Err(Msg::HostNotAllowed.with(&[&shown(h)]))
+        }
         _ => Ok(()),
+    }
+}
+
+/// A header value as a refusal shows it: at most 200 characters (the catalogue's sentence stays
+/// readable, a hostile client cannot grow the answer); JSON escapes the rest.
+fn shown(value: &str) -> String {
+    match value.char_indices().nth(200) {
+        Some((end, _)) => format!("{}…", &value[..end]),
+        None => value.to_string(),
     }
 }
 
@@ -71,7 +84,11 @@ fn host_name(value: &str) -> Option<&str> {
 pub(super) enum Cors {
     None,
     Allowed(String),
-    Denied,
+    /// Neither same origin nor allowed: the `Origin` and the `Host` (if any) compared.
+    Denied {
+        origin: String,
+        host: Option<String>,
+    },
 }
 
 const CORS_METHODS: &str = "GET, POST, OPTIONS";
@@ -84,9 +101,8 @@ impl Cors {
             return Cors::None;
         };
         let authority = origin.split_once("://").map(|(_, a)| a);
-        if authority
-            .is_some_and(|a| header(req, "Host").is_some_and(|h| a.eq_ignore_ascii_case(h.trim())))
-        {
+        let host = header(req, "Host").map(str::trim);
+        if authority.is_some_and(|a| host.is_some_and(|h| a.eq_ignore_ascii_case(h))) {
             return Cors::None;
         }
         let allowed = config
@@ -96,14 +112,28 @@ impl Cors {
         if allowed {
             Cors::Allowed(origin.to_string())
         } else {
-            Cors::Denied
+            Cors::Denied {
+                origin: origin.to_string(),
+                host: host.map(String::from),
+            }
         }
     }
 
     /// A page of an origin that is not allowed gets no run (nor anything else but `/health`).
+    /// The refusal names both causes: behind a proxy that serves page and adapter on one origin
+    /// the usual one is a proxy that does not pass the page's `Host` (nginx's plain `proxy_pass`
+    /// sends the upstream's), so the `Origin` cannot match it; else the origin is another one and
+    /// must be allowed. The log says which values were compared.
     pub(super) fn check(&self) -> Result<(), Error> {
         match self {
-            Cors::Denied => Err(Msg::OriginNotAllowed.err()),
+            Cors::Denied { origin, host } => {
+                let host = host.as_deref().unwrap_or("");
+                log::info!(
+                    "refused: Origin {origin:?} is neither the request's Host {host:?} nor a \
+                     --cors-allow-origin entry"
+                );
+                Err(Msg::OriginNotAllowed.with(&[&shown(origin), &shown(host)]))
+            }
             _ => Ok(()),
         }
     }
