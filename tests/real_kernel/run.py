@@ -31,6 +31,9 @@ and drives the adapter over HTTP/SSE through the scenarios below, printing PASS/
   n6 a long answer (26 KB, non-ASCII) arrives whole
      n1-n6 run on ours, then on the reference adapter; every stream is compared with the
      reference's event by event, ids and the cwd normalised (deliberate differences named)
+  x  the spec's edges (issue 25): odd history, Accept, null iacCode fields, a run id used 256+
+     runs ago, a Stop before the task is known, refused resumes, a proxied page's Origin; each
+     answer compared with the reference's (REAL_KERNEL_EDGES=only runs it alone)
 
 Exit status: 0 when every scenario passed, 1 otherwise, 3 on the global timeout.
 Every child runs in its own process group and is killed on exit, on failure and on a signal.
@@ -264,14 +267,15 @@ class Stream:
 STREAMS: list = []   # every Stream, for validation (f) and the reference comparison (g)
 
 
-def post_run(port: int, body: dict, label: str, timeout: float = 90.0) -> Stream:
+def post_run(port: int, body: dict, label: str, timeout: float = 90.0, headers=None) -> Stream:
     st = Stream(label)
     STREAMS.append(st)
     started = time.monotonic()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    sent = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    sent.update(headers or {})
     try:
-        conn.request("POST", "/", body=json.dumps(body).encode(),
-                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        conn.request("POST", "/", body=json.dumps(body).encode(), headers=sent)
         resp = conn.getresponse()
         st.status = resp.status
         st.content_type = resp.getheader("Content-Type", "") or ""
@@ -539,7 +543,8 @@ def write_prompt(cwd: str) -> str:
     return f"Please write hello.txt in the workspace. [[cwd={cwd}]]"
 
 
-def check_run_envelope(sc, st: Stream, thread: str, run: str, what: str) -> None:
+def check_run_envelope(sc, st: Stream, thread: str, run: str, what: str,
+                       resume: bool = False) -> None:
     sc.require(st.status == 200 and st.is_sse,
                f"{what}: expected an SSE stream, got {st.summary()}")
     sc.expect(not st.bad_frames, f"{what}: frames that are not JSON: {st.bad_frames[:2]}")
@@ -562,9 +567,16 @@ def check_run_envelope(sc, st: Stream, thread: str, run: str, what: str) -> None
     sc.expect(st.closed_after_terminal is not False,
               f"{what}: the server kept the stream open for 10s after {term.get('type')}")
     sess = st.session()
-    sc.expect(st.events[1:2] and st.events[1].get("type") == "CUSTOM"
-              and st.events[1].get("name") == SESSION_EVENT,
-              f"{what}: second event is not CUSTOM {SESSION_EVENT}: {compact_tokens(st.events[:3])}")
+    if resume:
+        # A resume's session event comes once the kernel took the answer (issue 25, edge 6, the
+        # reference's order): after the re-opened steps and the pipeline events recovered first.
+        sc.expect(st.first("CUSTOM", SESSION_EVENT) is not None,
+                  f"{what}: no CUSTOM {SESSION_EVENT}: {compact_tokens(st.events[:6])}")
+    else:
+        sc.expect(st.events[1:2] and st.events[1].get("type") == "CUSTOM"
+                  and st.events[1].get("name") == SESSION_EVENT,
+                  f"{what}: second event is not CUSTOM {SESSION_EVENT}: "
+                  f"{compact_tokens(st.events[:3])}")
     for key in ("schemaVersion", "threadId", "aguiRunId", "executionId", "contextId", "taskId",
                 "rosInvocationId", "sessionId"):
         sc.expect(sess.get(key) not in (None, ""), f"{what}: {SESSION_EVENT}.value.{key} missing")
@@ -676,7 +688,7 @@ def resume_and_check_success(sc, port, thread, ros, cwd, it, call_id, decision, 
     run2 = f"run-{uuid.uuid4()}"
     st = post_run(port, run_input(thread, run2, ros, cwd, resume=answer(it["id"], decision),
                                   messages=messages), label)
-    check_run_envelope(sc, st, thread, run2, "resume")
+    check_run_envelope(sc, st, thread, run2, "resume", resume=True)
     sc.expect(st.outcome_type() == "success", f"resume: expected RUN_FINISHED success, got "
                                               f"{st.summary()} / {json.dumps(st.terminal)[:400]}")
     s1, s2 = first.session(), st.session()
@@ -855,7 +867,7 @@ def drive_pipeline(sc: Scenario, port: int, tag: str, cwd: str, permission: str 
         run = f"run-{uuid.uuid4()}"
         st = post_run(port, pipeline_input(thread, run, ros, cwd, resume=resume),
                       f"{tag}/{variant}/run{len(streams) + 1}")
-        check_run_envelope(sc, st, thread, run, f"{tag} run {len(streams) + 1}")
+        check_run_envelope(sc, st, thread, run, f"{tag} run {len(streams) + 1}", resume=True)
         streams.append(st)
     for st in streams:   # kept with --keep, for reading the differences
         with open(os.path.join(LOG_DIR[0], st.label.replace("/", "-") + ".jsonl"), "w") as fh:
@@ -981,7 +993,21 @@ def compare_with_reference(sc: Scenario, env: Env, ours: list, tag: str,
     sc.expect(len(ours) == len(ref), f"ours took {len(ours)} runs, the reference {len(ref)}")
     for i, (o, r) in enumerate(zip(ours, ref), 1):
         sc.failures.extend(compare_pipeline_run(i, o, r))
+        sc.failures.extend(compare_schemas(i, o, r))
     sc.failures.extend(compare_candidates(ours, ref))
+
+
+def compare_schemas(i: int, ours: Stream, ref: Stream) -> list:
+    """Each interrupt's responseSchema equals the reference's (issue 25, edge 7: a selection's
+    options titled on their `selectedId` property), candidate ids replaced by their index."""
+    def schemas(st: Stream) -> list:
+        text = json.dumps([it.get("responseSchema") for it in st.interrupts()], sort_keys=True)
+        return json.loads(CANDIDATE_HEX.sub(lambda m: f"evaluate_candidate_<{m.group(2)}>-", text))
+    mine, theirs = schemas(ours), schemas(ref)
+    if mine == theirs:
+        return []
+    return [f"run {i}: the interrupts' responseSchema differ: ours {json.dumps(mine)[:400]}, "
+            f"reference {json.dumps(theirs)[:400]}"]
 
 
 def scenario_p(sc: Scenario, env: Env):
@@ -1597,7 +1623,7 @@ def resume_run(sc: Scenario, port: int, thread: str, ros: str, cwd: str, it: dic
     resume = answer(it["id"], decision) if decision is not None else \
         [{"interruptId": it["id"], "status": "cancelled"}]
     st = keep(sc, post_run(port, run_input(thread, run, ros, cwd, resume=resume), label))
-    check_run_envelope(sc, st, thread, run, label)
+    check_run_envelope(sc, st, thread, run, label, resume=True)
     if first is not None:
         for key in ("executionId", "taskId", "contextId", "sessionId"):
             sc.expect(st.session().get(key) == first.session().get(key),
@@ -1813,6 +1839,252 @@ def run_normal_scenarios(env: Env, port: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+
+# --------------------------------------------------------------------------------------------
+# x: the spec's edges (issue 25 part 3), each input sent to ours and to the reference; the
+# answers (status, event types, codes, schemas) must be equal but for the differences named
+# --------------------------------------------------------------------------------------------
+
+def facts(st: Stream) -> list:
+    """What is compared of an answer: the HTTP status, then the folded event types (with CUSTOM
+    names) and the end's code or outcome; or the JSON error's code."""
+    if not st.is_sse:
+        return [f"HTTP {st.status}", ((st.body or {}).get("error") or {}).get("code")
+                if isinstance(st.body, dict) else st.body]
+    out = [f"HTTP {st.status} SSE"] + [event_token(e) for e in fold_chunks(st.events)]
+    t = st.terminal or {}
+    out.append(t.get("code") if t.get("type") == "RUN_ERROR" else st.outcome_type())
+    return out
+
+
+def x1_history(env: Env, port: int, tag: str) -> dict:
+    """Edge 1: odd history messages (a remote image, an empty text, an audio part) beside the
+    latest user message; only the latest counts."""
+    cwd = env.cwd(f"{tag}-x1")
+    thread, run, ros = ids(f"{tag}-x1")
+    first = post_run(port, run_input(thread, run, ros, cwd, text_prompt(cwd)), f"{tag}/x1/turn1")
+    messages = [
+        {"id": "h1", "role": "user", "content": text_prompt(cwd)},
+        {"id": "h2", "role": "assistant", "content": LLM_TEXT},
+        {"id": "h3", "role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}]},
+        {"id": "h4", "role": "user", "content": ""},
+        {"id": "h5", "role": "user", "content": [
+            {"type": "audio", "source": {"type": "data", "value": "AA==", "mimeType": "audio/wav"}}]},
+        {"id": "h6", "role": "user", "content": text_prompt(cwd)},
+    ]
+    second = post_run(port, run_input(thread, f"run-{uuid.uuid4()}", ros, cwd, messages=messages),
+                      f"{tag}/x1/turn2")
+    return {"x1 turn 1": facts(first), "x1 turn 2 with odd history": facts(second)}
+
+
+def x2_accept(env: Env, port: int, tag: str) -> dict:
+    """Edge 2: `Accept: application/json` and a media type in capitals."""
+    cwd = env.cwd(f"{tag}-x2")
+    out = {}
+    for accept in ("application/json", "TEXT/EVENT-STREAM"):
+        thread, run, ros = ids(f"{tag}-x2")
+        st = post_run(port, run_input(thread, run, ros, cwd, text_prompt(cwd)),
+                      f"{tag}/x2/{accept}", headers={"Accept": accept})
+        out[f"x2 Accept: {accept}"] = facts(st)
+    return out
+
+
+NULLABLE = ("model", "llmApiKey", "thinking", "userId", "channel", "preferredLanguage",
+            "candidatePresentation", "runMode", "pipelineName", "alibabaCloud")
+
+
+def x3_nulls(env: Env, port: int, tag: str) -> dict:
+    """Edge 3: every optional `iacCode` field `null` (taken as absent), nested ones too; a null
+    `cleanupOnly` (a plain boolean in the reference) is refused by both."""
+    cwd = env.cwd(f"{tag}-x3")
+    out = {}
+    thread, run, ros = ids(f"{tag}-x3")
+    body = run_input(thread, run, ros, cwd, text_prompt(cwd))
+    body["forwardedProps"]["iacCode"].update({k: None for k in NULLABLE})
+    out["x3 optional fields null"] = facts(post_run(port, body, f"{tag}/x3/nulls"))
+    thread, run, ros = ids(f"{tag}-x3")
+    body = run_input(thread, run, ros, cwd, text_prompt(cwd))
+    body["forwardedProps"]["iacCode"].update({
+        "thinking": {"effort": None, "budget": None},
+        "alibabaCloud": {"accessKeyId": None, "accessKeySecret": None, "securityToken": None,
+                         "regionId": None}})
+    out["x3 nested fields null"] = facts(post_run(port, body, f"{tag}/x3/nested"))
+    thread, run, ros = ids(f"{tag}-x3")
+    body = run_input(thread, run, ros, cwd, text_prompt(cwd))
+    body["forwardedProps"]["iacCode"]["cleanupOnly"] = None
+    out["x3 cleanupOnly null"] = facts(post_run(port, body, f"{tag}/x3/cleanup"))
+    return out
+
+
+def x4_run_ids(env: Env, port: int, tag: str) -> dict:
+    """Edge 4: a thread file with 300 used run ids (as the reference writes it: every run it
+    admitted), one more turn (ours then keeps the newest 256 whole, the rest hashed), then the
+    oldest run id again with another request: refused by both."""
+    import hashlib
+    cwd = os.path.realpath(env.cwd(f"{tag}-x4"))
+    thread, _, ros = ids(f"{tag}-x4")
+    execution = f"exec-{uuid.uuid4()}"
+    doc = {"schemaVersion": 1, "threadId": thread,
+           "contextId": "agui-" + hashlib.sha256(thread.encode()).hexdigest()[:40],
+           "cwd": cwd, "userId": None, "iacCodeSessionId": None,
+           "execution": {"executionId": execution, "rosInvocationId": ros, "taskId": None,
+                         "pipelineSequence": 0, "pipelineOpenSteps": [],
+                         "textSnapshotDigests": [], "pending": {}},
+           "runDigests": {f"r{i:04d}": hashlib.sha256(f"request {i}".encode()).hexdigest()
+                          for i in range(300)},
+           "appliedResumeDigests": [], "terminalExecutionIds": [execution]}
+    state = env.state_ours if tag == "ours" else env.state_ref
+    threads = os.path.join(state, "threads")
+    os.makedirs(threads, mode=0o700, exist_ok=True)
+    path = os.path.join(threads, f"{thread}.json")
+    with open(path, "w") as fh:
+        json.dump(doc, fh)
+    os.chmod(path, 0o600)
+    out = {"x4 a new run": facts(post_run(port, run_input(thread, "r-new", ros, cwd,
+                                                           text_prompt(cwd)), f"{tag}/x4/new"))}
+    with open(path) as fh:
+        after = json.load(fh)
+    out["x4 the file after it"] = [f"runDigests {len(after.get('runDigests') or {})}",
+                                   f"usedRunIds {len(after.get('usedRunIds') or '')} chars"]
+    out["x4 the oldest run id again"] = facts(post_run(
+        port, run_input(thread, "r0000", ros, cwd, text_prompt(cwd) + " again"), f"{tag}/x4/r0000"))
+    out["x4 a run id from the middle again"] = facts(post_run(
+        port, run_input(thread, "r0150", ros, cwd, text_prompt(cwd) + " again"), f"{tag}/x4/r0150"))
+    return out
+
+
+def x5_early_cancel(env: Env, port: int, tag: str) -> dict:
+    """Edge 5: a Stop sent the moment the execution is recorded (the state file), before the
+    stream names the task if the race allows; the cancel's answer is compared, the end of the
+    stream is reported (the reference does not stop a run whose task it does not know yet)."""
+    cwd = env.cwd(f"{tag}-x5")
+    thread, run, ros = ids(f"{tag}-x5")
+    state = env.state_ours if tag == "ours" else env.state_ref
+    path = os.path.join(state, "threads", f"{thread}.json")
+    box = {}
+    body = run_input(thread, run, ros, cwd, f"Tell me about VPCs [[pace=0.2]] [[cwd={cwd}]]")
+    reader = threading.Thread(target=lambda: box.update(st=post_run(port, body, f"{tag}/x5/run")))
+    reader.start()
+    doc = None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as fh:
+                doc = json.load(fh)
+            if (doc.get("execution") or {}).get("executionId"):
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.002)
+    execution = (doc or {}).get("execution") or {}
+    status, answer = http_json(port, "POST",
+                               f"/extensions/iac-code/v1/executions/{execution.get('executionId')}"
+                               "/cancel", {"threadId": thread, "rosInvocationId": ros})
+    reader.join(60)
+    st = box.get("st")
+    return {"x5 cancel answer": [status, (answer or {}).get("status")],
+            "x5 task known at the cancel": [execution.get("taskId") is not None],
+            "x5 the stream's end": facts(st)[-1:] if st else ["no stream"]}
+
+
+def x6_refused_resumes(env: Env, port: int, tag: str) -> dict:
+    """Edge 6: resumes refused before the kernel takes an answer: RUN_STARTED, RUN_ERROR only;
+    then the accepted answer."""
+    cwd = env.cwd(f"{tag}-x6")
+    thread, run, ros = ids(f"{tag}-x6")
+    first = post_run(port, run_input(thread, run, ros, cwd, write_prompt(cwd)), f"{tag}/x6/run1")
+    out = {"x6 run 1": facts(first)}
+    its = first.interrupts()
+    if not its:
+        return out
+    iid = its[0]["id"]
+    for name, resume in [
+        ("unknown interrupt", [{"interruptId": "nope", "status": "cancelled"}]),
+        ("no answer", []),
+        ("invalid payload", [{"interruptId": iid, "status": "resolved",
+                              "payload": {"decision": "always"}}]),
+        ("missing payload", [{"interruptId": iid, "status": "resolved"}]),
+        ("allow_once", answer(iid, "allow_once")),
+        ("the same answer again", answer(iid, "allow_once")),
+    ]:
+        st = post_run(port, run_input(thread, f"run-{uuid.uuid4()}", ros, cwd, resume=resume),
+                      f"{tag}/x6/{name}")
+        out[f"x6 {name}"] = facts(st)
+    return out
+
+
+def x8_origin(env: Env, port: int, tag: str) -> dict:
+    """Edge 8: what a plain nginx `proxy_pass` sends: the page's Origin, the upstream's Host."""
+    cwd = env.cwd(f"{tag}-x8")
+    thread, run, ros = ids(f"{tag}-x8")
+    st = post_run(port, run_input(thread, run, ros, cwd, text_prompt(cwd)), f"{tag}/x8",
+                  headers={"Origin": "http://localhost:8080"})
+    out = {"x8 Origin of a proxied page": facts(st)}
+    if not st.is_sse:
+        out["x8 message"] = [((st.body or {}).get("error") or {}).get("message")]
+    return out
+
+
+# Edge 7 (the options' titles on the `selectedId` property of a selection's responseSchema) is
+# compared in scenario p, on the pipeline's real question and candidate selection: in normal mode
+# the 0.16.0 kernel answers `ask_user_question` itself, without an input wait.
+EDGE_CASES = (x1_history, x2_accept, x3_nulls, x4_run_ids, x5_early_cancel, x6_refused_resumes,
+              x8_origin)
+
+# Where ours differs from the reference on purpose: (pattern on the case name, reason).
+EDGE_DIFFERENCES = [
+    (r"^x4 the file after it$", "ours keeps the newest 256 runs whole and the older ones hashed "
+     "(usedRunIds); the reference keeps every run whole"),
+    (r"^x5 the stream's end$", "a Stop before the task is known: ours cancels the task once its "
+     "id arrives; the reference marks the execution ended but lets the run go on"),
+    (r"^x5 task known at the cancel$", "timing: which adapter's cancel raced the task id"),
+    (r"^x8 ", "ours refuses an Origin that is neither the Host nor allowed (DNS rebinding and "
+     "cross-site requests; the reference has no Origin check) and names both causes"),
+]
+
+
+def scenario_x(sc: Scenario, env: Env, port: int):
+    ours, ref = {}, {}
+    for case in EDGE_CASES:
+        ours.update(case(env, port, "ours"))
+    ref_port = reference_port(env)
+    if ref_port is not None:
+        for case in EDGE_CASES:
+            ref.update(case(env, ref_port, "ref"))
+    for name, got in ours.items():
+        sc.note(f"{name}: ours {got}" + (f", reference {ref.get(name)}" if ref else ""))
+    # Our own answers, whatever the reference says.
+    ok = lambda name: (ours.get(name) or [None])[-1] == "success"   # noqa: E731
+    for name in ("x1 turn 2 with odd history", "x2 Accept: application/json",
+                 "x2 Accept: TEXT/EVENT-STREAM", "x3 optional fields null", "x3 nested fields null",
+                 "x4 a new run", "x6 allow_once"):
+        sc.expect(ok(name), f"{name}: ours {ours.get(name)}")
+    sc.expect(ours.get("x4 the oldest run id again") == ["HTTP 409", "RUN_ID_CONFLICT"],
+              f"x4: ours {ours.get('x4 the oldest run id again')}")
+    end = ours.get("x5 the stream's end")
+    sc.expect(ours.get("x5 cancel answer") == [200, "cancelled"] and end == ["CANCELLED"],
+              f"x5: ours {ours.get('x5 cancel answer')} {end}")
+    for name in ("x6 unknown interrupt", "x6 no answer", "x6 invalid payload", "x6 missing payload",
+                 "x6 the same answer again"):
+        sc.expect(ours.get(name, [])[1:3] == ["RUN_STARTED", "RUN_ERROR"],
+                  f"{name}: ours {ours.get(name)}")
+    message = (ours.get("x8 message") or [""])[0] or ""
+    sc.expect(ours.get("x8 Origin of a proxied page", [None])[0] == "HTTP 403"
+              and "proxy_set_header Host $http_host" in message
+              and "--cors-allow-origin http://localhost:8080" in message,
+              f"x8: ours {ours.get('x8 Origin of a proxied page')} {message!r}")
+    if not ref:
+        sc.note("no reference adapter (skipped or not installed): not compared")
+        return
+    for name in ours:
+        if ours[name] == ref.get(name):
+            continue
+        why = next((w for p, w in EDGE_DIFFERENCES if re.search(p, name)), None)
+        if why:
+            sc.note(f"{name}: deliberate: ours {ours[name]}, reference {ref.get(name)} ({why})")
+        else:
+            sc.expect(False, f"{name}: ours {ours[name]}, reference {ref.get(name)}")
 
 # --------------------------------------------------------------------------------------------
 # r: resumable streams (issue 18) on the real kernel: cuts, exact resume, join, restart, a
@@ -2336,6 +2608,13 @@ def main() -> int:
             ok = not failed
             print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
             return 0 if ok else 1
+        if os.environ.get("REAL_KERNEL_EDGES") == "only":   # the spec's edges alone
+            run_scenario("x", "the spec's edges, each compared with the reference", scenario_x,
+                         env, port)
+            failed = [r for r in RESULTS if r.status == "FAIL"]
+            ok = not failed
+            print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+            return 0 if ok else 1
         if os.environ.get("REAL_KERNEL_RESUME") == "only":   # the resume scenarios alone
             run_scenario("r", "resumable streams", scenario_r, env)
             run_scenario("r4", "no grace: a client that left frees its thread", scenario_r4,
@@ -2372,6 +2651,8 @@ def main() -> int:
         else:
             run_scenario("g", "reference adapter comparison (a, b)", scenario_g, env, sa, sb, sd)
         run_normal_scenarios(env, port)
+        run_scenario("x", "the spec's edges, each compared with the reference", scenario_x, env,
+                     port)
         run_scenario("f", "every event validates with ag-ui-protocol 1.0.0 and @ag-ui/client",
                      scenario_f, env)
         failed = [r for r in RESULTS if r.status == "FAIL"]
