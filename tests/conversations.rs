@@ -521,17 +521,6 @@ fn sigkill_at_random_points_never_tears_a_conversation_nor_loses_a_closed_messag
         }
         let kept = all_pages(&a, &thread, 500);
         let (texts, calls, results) = closed(&seen.lock().unwrap());
-        if std::env::var("DEBUG_CONV").is_ok() {
-            eprintln!("{}", std::fs::read_to_string(&path).unwrap_or_default());
-            eprintln!(
-                "{:?}",
-                seen.lock()
-                    .unwrap()
-                    .iter()
-                    .map(|e| e.to_string())
-                    .collect::<Vec<_>>()
-            );
-        }
         for (id, content) in &texts {
             let m = kept
                 .iter()
