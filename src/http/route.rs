@@ -16,6 +16,8 @@ pub(super) enum Route {
     Subscribe(String),
     /// The thread lookup; the id percent-decoded.
     Thread(String),
+    /// A thread's kept conversation, page by page; the id percent-decoded.
+    Messages(String),
     Unknown,
 }
 
@@ -34,17 +36,25 @@ impl Route {
                         .filter(|id| !id.is_empty() && !id.contains('/'))
                         .map(String::from)
                 };
-                let thread = p
-                    .strip_prefix(THREADS_PREFIX)
-                    .filter(|id| !id.is_empty() && !id.contains('/'))
-                    .and_then(percent_decode)
-                    .filter(|id| !id.is_empty());
+                let thread_id = |rest: &str| {
+                    Some(rest)
+                        .filter(|id| !id.is_empty() && !id.contains('/'))
+                        .and_then(percent_decode)
+                        .filter(|id| !id.is_empty())
+                };
+                let in_threads = p.strip_prefix(THREADS_PREFIX);
+                let thread = in_threads.and_then(thread_id);
+                let messages = in_threads
+                    .and_then(|rest| rest.strip_suffix("/messages"))
+                    .and_then(thread_id);
                 if let Some(id) = execution("/cancel") {
                     Route::Cancel(id)
                 } else if let Some(id) = execution("/subscribe") {
                     Route::Subscribe(id)
                 } else if let Some(id) = thread {
                     Route::Thread(id)
+                } else if let Some(id) = messages {
+                    Route::Messages(id)
                 } else {
                     Route::Unknown
                 }
@@ -61,6 +71,7 @@ impl Route {
             Route::Cancel(_) => "/extensions/iac-code/v1/executions/{id}/cancel",
             Route::Subscribe(_) => "/extensions/iac-code/v1/executions/{id}/subscribe",
             Route::Thread(_) => "/extensions/iac-code/v1/threads/{threadId}",
+            Route::Messages(_) => "/extensions/iac-code/v1/threads/{threadId}/messages",
             Route::Unknown => "(no route)",
         }
     }
@@ -70,7 +81,7 @@ pub(super) fn check_method(route: &Route, method: &Method, path: &str) -> Result
     let allowed = match (route, method) {
         (Route::Health | Route::Metrics, Method::Get | Method::Head) => true,
         (Route::Run | Route::Cancel(_) | Route::Subscribe(_), Method::Post) => true,
-        (Route::Thread(_), Method::Get) => true,
+        (Route::Thread(_) | Route::Messages(_), Method::Get) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
             return Err(Msg::NoRoute.with(&[&shown]));
@@ -115,6 +126,9 @@ mod tests {
         );
         assert!(
             matches!(Route::of("/extensions/iac-code/v1/threads/t%201"), Route::Thread(id) if id == "t 1")
+        );
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/threads/t%2F1/messages"), Route::Messages(id) if id == "t/1")
         );
         for p in [
             "/extensions/iac-code/v1/threads/",
