@@ -402,7 +402,7 @@ fn threads_on_disk_at_start_are_listed_by_their_last_write_with_their_history_ti
     let mut expected: Vec<(u64, String)> = (0..2_000u64)
         .map(|i| (t0 + (i * 7919) % 2_000 * 1000, format!("th-{i:04}")))
         .collect();
-    expected.sort_by(|x, y| y.0.cmp(&x.0));
+    expected.sort_by_key(|e| std::cmp::Reverse(e.0));
     let got = ids(page["threads"].as_array().unwrap());
     assert_eq!(
         got,
