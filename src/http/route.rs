@@ -6,6 +6,7 @@ use tiny_http::Method;
 
 const CANCEL_PREFIX: &str = "/extensions/iac-code/v1/executions/";
 const THREADS_PREFIX: &str = "/extensions/iac-code/v1/threads/";
+const THREADS: &str = "/extensions/iac-code/v1/threads";
 
 pub(super) enum Route {
     Health,
@@ -18,6 +19,8 @@ pub(super) enum Route {
     Thread(String),
     /// A thread's kept conversation, page by page; the id percent-decoded.
     Messages(String),
+    /// The thread list (a user's threads).
+    Threads,
     Unknown,
 }
 
@@ -29,6 +32,7 @@ impl Route {
             "/health" => Route::Health,
             "/metrics" => Route::Metrics,
             "/" => Route::Run,
+            THREADS => Route::Threads,
             p => {
                 let execution = |suffix: &str| {
                     p.strip_prefix(CANCEL_PREFIX)
@@ -72,6 +76,7 @@ impl Route {
             Route::Subscribe(_) => "/extensions/iac-code/v1/executions/{id}/subscribe",
             Route::Thread(_) => "/extensions/iac-code/v1/threads/{threadId}",
             Route::Messages(_) => "/extensions/iac-code/v1/threads/{threadId}/messages",
+            Route::Threads => THREADS,
             Route::Unknown => "(no route)",
         }
     }
@@ -81,7 +86,7 @@ pub(super) fn check_method(route: &Route, method: &Method, path: &str) -> Result
     let allowed = match (route, method) {
         (Route::Health | Route::Metrics, Method::Get | Method::Head) => true,
         (Route::Run | Route::Cancel(_) | Route::Subscribe(_), Method::Post) => true,
-        (Route::Thread(_) | Route::Messages(_), Method::Get) => true,
+        (Route::Thread(_) | Route::Messages(_) | Route::Threads, Method::Get) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
             return Err(Msg::NoRoute.with(&[&shown]));
@@ -139,6 +144,10 @@ mod tests {
             assert!(matches!(Route::of(p), Route::Unknown), "{p}");
         }
         assert!(matches!(Route::of("/health"), Route::Health));
+        assert!(matches!(
+            Route::of("/extensions/iac-code/v1/threads"),
+            Route::Threads
+        ));
         assert!(matches!(Route::of("/"), Route::Run));
     }
 
