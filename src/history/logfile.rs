@@ -46,7 +46,7 @@ struct SeqOnly {
 /// The header line of a new log.
 fn header(thread_id: &str, title: &str, created_ms: u64, seq: u64) -> Vec<u8> {
     let mut h = json!({"type": "thread", "v": 1, "threadId": thread_id, "title": title,
-                       "createdAt": crate::ids::rfc3339(created_ms)});
+                       "createdAt": crate::ids::rfc3339_millis(created_ms)});
     if seq > 0 {
         h["seq"] = json!(seq);
     }
