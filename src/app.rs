@@ -8,6 +8,7 @@ use crate::feed::Feeds;
 use crate::projection::RunIds;
 use crate::store::{ActiveRun, Store};
 use crate::stream::{Heartbeats, SseStream};
+use crate::threadfeed::ThreadFeeds;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -20,6 +21,8 @@ pub struct App {
     pub heartbeats: Heartbeats,
     /// Replay buffers of the runs (exact resume, join, detach grace).
     pub feeds: Feeds,
+    /// The runs held for the live feeds of threads (`GET …/threads/{threadId}/events`).
+    pub threads: ThreadFeeds,
     pub runs: Runs,
 }
 

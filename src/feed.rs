@@ -282,6 +282,16 @@ impl Feed {
         if let Some((_, seq)) = held {
             return Start::Exact(seq);
         }
+        self.join_locked(st)
+    }
+
+    /// A join of this run (the turn so far, then the live tail) that does not count as a
+    /// watcher: a thread's live feed (`threadfeed`) never keeps a run going nor lets it stop.
+    pub(crate) fn join(&self) -> Start {
+        self.join_locked(self.state.lock())
+    }
+
+    fn join_locked(&self, mut st: parking_lot::MutexGuard<'_, State>) -> Start {
         // A run that has just started: its first events are about to be pushed.
         let deadline = Instant::now() + Duration::from_secs(5);
         while st.fold.as_ref().is_some_and(|f| f.run_started.is_none())
@@ -299,6 +309,23 @@ impl Feed {
             cursor::push_frame(&mut body, (&self.tag, at, sub), &json);
         }
         Start::Join(body, events.len(), at)
+    }
+
+    /// The tag of this run's cursors (a short hash of its execution id).
+    pub(crate) fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The positions of this run's first and last frames (`(0, 0)` before the first), and
+    /// whether it ended.
+    pub(crate) fn span(&self) -> (u64, u64, bool) {
+        let st = self.state.lock();
+        (st.ring.first, st.ring.last, st.ended.is_some())
+    }
+
+    /// Whether the frames after `after` are all still held (none dropped for the cap).
+    pub(crate) fn holds_after(&self, after: u64) -> bool {
+        self.state.lock().ring.evicted <= after
     }
 
     /// The frames after position `after` (which it advances), waiting up to `wait` for some.

@@ -20,6 +20,7 @@
 //! | [`run`] | admission, the life of a run, resume, crash repair, the cancel extension, shutdown |
 //! | [`app`] | what every request shares: configuration, clients, store, runs in progress |
 //! | [`kernel`] | supervision of a managed `iac-code a2a` |
+//! | [`threadfeed`] | the live feed of a thread: every run, from any client, on one open stream |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | [`feed`] | replay buffers: SSE cursors kept per execution, exact resume, join, detach grace |
 //! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
@@ -94,3 +95,4 @@ pub mod store;
 pub mod stream;
 #[doc(hidden)]
 pub mod testing;
+pub mod threadfeed;

@@ -13,6 +13,7 @@ use crate::input::{self, MAX_BODY_BYTES};
 use crate::observe::{self, Observer};
 use crate::pairs;
 use crate::run::{self, Admitted};
+use crate::threadfeed::Follower;
 use std::sync::Arc;
 use tiny_http::{Header, Method, Request};
 
@@ -25,6 +26,8 @@ pub(super) enum Next {
     Metrics(String),
     Run(Box<Admitted>),
     Observe(Box<Observer>),
+    /// A thread's live feed.
+    Follow(Box<Follower>),
     /// A CORS preflight (or a plain `OPTIONS`): 204 with these headers.
     Preflight(Vec<Header>),
 }
@@ -105,6 +108,9 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
             .map(Next::Json)
             .map_err(refuse);
     }
+    if let Route::Events(id) = &route {
+        return follow_thread(app, req, id, header_lang).map_err(refuse);
+    }
     check_json_content_type(req).map_err(refuse)?;
     let limit = match route {
         Route::Run => MAX_BODY_BYTES,
@@ -115,6 +121,24 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
     crate::memory::note_body(body.len());
     let accept_language = accept_language.as_deref();
     with_body(app, req, route, body, header_lang, accept_language)
+}
+
+/// `GET …/threads/{threadId}/events`: the thread lookup's identity rules (the same answer, so
+/// the same 404s), then a feed that holds every run beginning from now, seeded with the run the
+/// lookup names (looked up again once the feed holds new runs, so none slips between).
+fn follow_thread(app: &App, req: &Request, id: &str, lang: Lang) -> Result<Next, Error> {
+    let query = req.url().split_once('?').map_or("", |(_, q)| q);
+    let ros = query_param(query, "rosInvocationId");
+    let user = query_param(query, "userId");
+    observe::thread_status(app, id, ros.clone(), user.clone(), lang)?;
+    let follower = app.threads.follow(id);
+    let status = observe::thread_status(app, id, ros, user, lang)?;
+    let current = status["executionId"]
+        .as_str()
+        .and_then(|e| app.feeds.get(e));
+    follower.seed(current);
+    let follower = follower.resuming(header(req, "Last-Event-ID"));
+    Ok(Next::Follow(Box::new(follower)))
 }
 
 /// `GET /health`: the adapter, its protocol and its version.
@@ -154,7 +178,7 @@ fn with_body(
                 .map_err(refuse)
         }
         Route::Run => admit_run(app, req, body, accept_language),
-        Route::Health | Route::Metrics | Route::Thread(_) | Route::Unknown => {
+        Route::Health | Route::Metrics | Route::Thread(_) | Route::Events(_) | Route::Unknown => {
             Err(refuse(Msg::Internal.err()))
         }
     }

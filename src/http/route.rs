@@ -16,6 +16,8 @@ pub(super) enum Route {
     Subscribe(String),
     /// The thread lookup; the id percent-decoded.
     Thread(String),
+    /// The live feed of a thread (`…/threads/{threadId}/events`); the id percent-decoded.
+    Events(String),
     Unknown,
 }
 
@@ -39,6 +41,15 @@ impl Route {
                     .filter(|id| !id.is_empty() && !id.contains('/'))
                     .and_then(percent_decode)
                     .filter(|id| !id.is_empty());
+                let events = p
+                    .strip_prefix(THREADS_PREFIX)
+                    .and_then(|rest| rest.strip_suffix("/events"))
+                    .filter(|id| !id.is_empty() && !id.contains('/'))
+                    .and_then(percent_decode)
+                    .filter(|id| !id.is_empty());
+                if let Some(id) = events {
+                    return Route::Events(id);
+                }
                 if let Some(id) = execution("/cancel") {
                     Route::Cancel(id)
                 } else if let Some(id) = execution("/subscribe") {
@@ -61,6 +72,7 @@ impl Route {
             Route::Cancel(_) => "/extensions/iac-code/v1/executions/{id}/cancel",
             Route::Subscribe(_) => "/extensions/iac-code/v1/executions/{id}/subscribe",
             Route::Thread(_) => "/extensions/iac-code/v1/threads/{threadId}",
+            Route::Events(_) => "/extensions/iac-code/v1/threads/{threadId}/events",
             Route::Unknown => "(no route)",
         }
     }
@@ -70,7 +82,7 @@ pub(super) fn check_method(route: &Route, method: &Method, path: &str) -> Result
     let allowed = match (route, method) {
         (Route::Health | Route::Metrics, Method::Get | Method::Head) => true,
         (Route::Run | Route::Cancel(_) | Route::Subscribe(_), Method::Post) => true,
-        (Route::Thread(_), Method::Get) => true,
+        (Route::Thread(_) | Route::Events(_), Method::Get) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
             return Err(Msg::NoRoute.with(&[&shown]));
@@ -124,6 +136,13 @@ mod tests {
         ] {
             assert!(matches!(Route::of(p), Route::Unknown), "{p}");
         }
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/threads/t%201/events"), Route::Events(id) if id == "t 1")
+        );
+        assert!(matches!(
+            Route::of("/extensions/iac-code/v1/threads//events"),
+            Route::Unknown
+        ));
         assert!(matches!(Route::of("/health"), Route::Health));
         assert!(matches!(Route::of("/"), Route::Run));
     }

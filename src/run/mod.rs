@@ -12,6 +12,7 @@
 
 mod admit;
 mod cancel;
+mod echo;
 mod identity;
 mod relay;
 mod repair;
@@ -39,6 +40,7 @@ use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
 use cancel::{cancel_once, stop_soon};
+use echo::echoed_input;
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +54,7 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     stream.set_tag(&ids.execution_id);
     let feed = app.feeds.open(&ids.execution_id);
     feed.watch();
+    app.threads.run_started(&ids.thread_id, &feed);
     let live = Arc::new(LiveRun {
         stream: stream.clone(),
         active: Mutex::new(admitted.active.clone()),
@@ -151,6 +154,9 @@ impl<'a> Run<'a> {
                 let durable = durable_of(exec);
                 proj = proj.resuming(task, a.doc.iac_code_session_id.as_deref(), durable);
             }
+        }
+        if let Mode::NewTurn(m) | Mode::RepairThenNewTurn { message: m, .. } = &a.mode {
+            proj = proj.echoing(echoed_input(&live.ids, m));
         }
         let lang_tag =
             (a.input.iac.preferred_language.clone()).unwrap_or_else(|| a.lang.tag().to_string());
