@@ -167,9 +167,10 @@ impl Thread {
         let deadline = Instant::now() + wait;
         let mut held = self.held.lock();
         loop {
+            // A run with no frame yet comes next, unless it ended so (nothing to follow).
             let next = held.runs.iter().find(|f| {
-                let first = f.span().0;
-                first == 0 || first > after
+                let (first, _, ended) = f.span();
+                (first == 0 && !ended) || first > after
             });
             if let Some(feed) = next {
                 return Some((feed.clone(), held.dropped_first > after));
