@@ -26,6 +26,10 @@ use std::time::{Duration, Instant};
 
 type Hook = Box<dyn Fn() + Send + Sync>;
 
+/// The most a reader copies out of a ring at once: a reader far behind (an observer, a thread's
+/// feed) holds this much in transit, not the whole ring.
+const COPY_MAX: usize = 64 * 1024;
+
 /// The feeds of this process, by execution id (one per execution: a resume replaces it).
 pub struct Feeds {
     map: Arc<Mutex<HashMap<String, Arc<Feed>>>>,
@@ -289,6 +293,22 @@ impl Feed {
         if let Some((_, seq)) = held {
             return Start::Exact(seq);
         }
+        self.join_locked(st, past, limit)
+    }
+
+    /// A join of this run (the thread's kept conversation `past`, the turn so far, then the live
+    /// tail) that does not count as a watcher: a thread's live feed (`threadfeed`) never keeps a
+    /// run going nor lets it stop.
+    pub(crate) fn join(&self, past: &[Value]) -> Start {
+        self.join_locked(self.state.lock(), past, None)
+    }
+
+    fn join_locked(
+        &self,
+        mut st: parking_lot::MutexGuard<'_, State>,
+        past: &[Value],
+        limit: Option<usize>,
+    ) -> Start {
         // A run that has just started: its first events are about to be pushed.
         let deadline = Instant::now() + Duration::from_secs(5);
         while st.fold.as_ref().is_some_and(|f| f.run_started.is_none())
@@ -308,6 +328,23 @@ impl Feed {
         Start::Join(body, events.len(), at)
     }
 
+    /// The tag of this run's cursors (a short hash of its execution id).
+    pub(crate) fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The positions of this run's first and last frames (`(0, 0)` before the first), and
+    /// whether it ended.
+    pub(crate) fn span(&self) -> (u64, u64, bool) {
+        let st = self.state.lock();
+        (st.ring.first, st.ring.last, st.ended.is_some())
+    }
+
+    /// Whether the frames after `after` are all still held (none dropped for the cap).
+    pub(crate) fn holds_after(&self, after: u64) -> bool {
+        self.state.lock().ring.evicted <= after
+    }
+
     /// The frames after position `after` (which it advances), waiting up to `wait` for some.
     pub(crate) fn next(&self, after: &mut u64, wait: Duration) -> Next {
         let deadline = Instant::now() + wait;
@@ -318,7 +355,7 @@ impl Feed {
             }
             if st.ring.last > *after {
                 let mut body = Vec::new();
-                let (count, last) = st.ring.copy_after(*after, &mut body);
+                let (count, last) = st.ring.copy_after(*after, &mut body, COPY_MAX);
                 *after = last;
                 return Next::Frames(body, count);
             }
