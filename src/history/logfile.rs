@@ -136,9 +136,32 @@ impl Log {
         if count == 0 {
             return Ok(());
         }
-        self.file.write_all(&self.line)?;
+        let written = self.file.write_all(&self.line);
+        if self.line.capacity() > 1 << 20 {
+            self.line = Vec::new();
+        }
+        written?;
         self.next_seq += count as u64;
         self.records += count;
+        Ok(())
+    }
+
+    /// Appends one record whose body `write` serializes straight into the line (a user's
+    /// message of megabytes is copied once, not built, copied and copied again). A line buffer
+    /// grown past 1 MiB is let go afterwards, so an idle log holds no large buffer.
+    pub(crate) fn append_one(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> io::Result<()> {
+        let at = crate::ids::now_ms();
+        self.line.clear();
+        let _ = write!(self.line, "{{\"seq\":{},\"at\":{at},", self.next_seq);
+        write(&mut self.line);
+        self.line.extend_from_slice(b"}\n");
+        let written = self.file.write_all(&self.line);
+        if self.line.capacity() > 1 << 20 {
+            self.line = Vec::new();
+        }
+        written?;
+        self.next_seq += 1;
+        self.records += 1;
         Ok(())
     }
 

@@ -87,13 +87,23 @@ impl History {
         logs.entry(thread_id.to_string()).or_default().clone()
     }
 
-    /// Appends records to the thread's log (opened, with `title` when it is created), then
-    /// compacts it when it outgrew the cap by the slack. A failure is logged: the run goes on.
+    /// Appends records to the thread's log (opened, with `title` when it is created).
     pub(crate) fn append<'b>(
         &self,
         thread_id: &str,
         title: &str,
         bodies: impl Iterator<Item = &'b [u8]>,
+    ) {
+        self.write_log(thread_id, title, |log| log.append(bodies));
+    }
+
+    /// Opens the thread's log if needed, runs `write` on it, then compacts it when it outgrew
+    /// the cap by the slack. A failure is logged: the run goes on.
+    fn write_log(
+        &self,
+        thread_id: &str,
+        title: &str,
+        write: impl FnOnce(&mut logfile::Log) -> std::io::Result<()>,
     ) {
         if !self.keeps() {
             return;
@@ -109,7 +119,7 @@ impl History {
                 )?);
             }
             let log = slot.as_mut().expect("opened");
-            log.append(bodies)?;
+            write(log)?;
             if log.records > self.inner.cap + slack(self.inner.cap) {
                 self.compact(thread_id, log)?;
             }
@@ -176,10 +186,10 @@ impl History {
         if !self.keeps() {
             return;
         }
-        let (message, title) = user::message(id, parts);
-        let mut body = b"\"message\":".to_vec();
-        let _ = serde_json::to_writer(&mut body, &message);
-        self.append(thread_id, &title, std::iter::once(body.as_slice()));
+        let title = user::title(parts);
+        self.write_log(thread_id, &title, |log| {
+            log.append_one(|out| user::write_record(id, parts, out))
+        });
     }
 
     /// An interrupt's answer, once the kernel took it: its activity message again, answered.

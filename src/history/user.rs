@@ -2,55 +2,99 @@
 //! [`IMAGE_BUDGET`] bytes per message (decoded), each image beyond that replaced by a text part
 //! naming its media type and size, so nothing is silently dropped.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Decoded image bytes kept per user message.
 pub(crate) const IMAGE_BUDGET: usize = 256 * 1024;
 
-/// The AG-UI user message for the A2A `parts` of a turn, and the conversation's title from it.
-pub(crate) fn message(id: &str, parts: &Value) -> (Value, String) {
+/// The conversation's title: the first text part, trimmed to 80 characters.
+pub(crate) fn title(parts: &Value) -> String {
+    parts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|p| p.get("text").and_then(Value::as_str))
+        .map(super::logfile::title_of)
+        .unwrap_or_default()
+}
+
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    let _ = serde_json::to_writer(out, s);
+}
+
+/// Writes the record body (`"message": {…}`) of the AG-UI user message for the A2A `parts` of a
+/// turn straight into `out`: the text is escaped into it once, never built into a value first
+/// (a user's message may be 12 MiB).
+pub(crate) fn write_record(id: &str, parts: &Value, out: &mut Vec<u8>) {
     let parts = parts.as_array().map(Vec::as_slice).unwrap_or(&[]);
-    let mut title = String::new();
-    let mut content = Vec::new();
-    let mut budget = IMAGE_BUDGET;
-    for p in parts {
-        if let Some(text) = p.get("text").and_then(Value::as_str) {
-            if title.is_empty() {
-                title = super::logfile::title_of(text);
-            }
-            content.push(json!({"type": "text", "text": text}));
-            continue;
-        }
-        let (Some(raw), Some(mime)) = (
-            p.get("raw").and_then(Value::as_str),
-            p.get("mediaType").and_then(Value::as_str),
-        ) else {
-            continue;
-        };
-        let size = raw.len() / 4 * 3 - raw.bytes().rev().take_while(|&b| b == b'=').count();
-        if size <= budget {
-            budget -= size;
-            let mut image = json!({"type": "image",
-                "source": {"type": "data", "value": raw, "mimeType": mime}});
-            if let Some(name) = p.get("filename") {
-                image["metadata"] = json!({"filename": name});
-            }
-            content.push(image);
-        } else {
-            content.push(json!({"type": "text",
-                "text": format!("[image not kept: {mime}, {size} bytes]")}));
+    out.extend_from_slice(b"\"message\":{\"id\":");
+    json_str(out, id);
+    out.extend_from_slice(b",\"role\":\"user\",\"content\":");
+    if let [one] = parts {
+        if let Some(text) = one.get("text").and_then(Value::as_str) {
+            json_str(out, text);
+            out.push(b'}');
+            return;
         }
     }
-    let content = match content.as_slice() {
-        [one] if one["type"] == "text" => one["text"].clone(),
-        _ => Value::Array(content),
-    };
-    (json!({"id": id, "role": "user", "content": content}), title)
+    out.push(b'[');
+    let mut budget = IMAGE_BUDGET;
+    let mut first = true;
+    for p in parts {
+        let text = p.get("text").and_then(Value::as_str);
+        let image =
+            (p.get("raw").and_then(Value::as_str)).zip(p.get("mediaType").and_then(Value::as_str));
+        if text.is_none() && image.is_none() {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        if let Some(text) = text {
+            out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+            json_str(out, text);
+            out.push(b'}');
+            continue;
+        }
+        let Some((raw, mime)) = image else { continue };
+        let size = raw.len() / 4 * 3 - raw.bytes().rev().take_while(|&b| b == b'=').count();
+        if size > budget {
+            out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+            json_str(out, &format!("[image not kept: {mime}, {size} bytes]"));
+            out.push(b'}');
+            continue;
+        }
+        budget -= size;
+        out.extend_from_slice(b"{\"type\":\"image\",\"source\":{\"type\":\"data\",\"value\":");
+        json_str(out, raw);
+        out.extend_from_slice(b",\"mimeType\":");
+        json_str(out, mime);
+        out.push(b'}');
+        if let Some(name) = p.get("filename") {
+            out.extend_from_slice(b",\"metadata\":{\"filename\":");
+            let _ = serde_json::to_writer(&mut *out, name);
+            out.push(b'}');
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// The message [`write_record`] writes, as a value (tests).
+#[cfg(test)]
+fn message(id: &str, parts: &Value) -> (Value, String) {
+    let mut out = b"{".to_vec();
+    write_record(id, parts, &mut out);
+    out.push(b'}');
+    let v: Value = serde_json::from_slice(&out).expect("a record body is JSON");
+    (v["message"].clone(), title(parts))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn images_are_kept_up_to_the_budget_and_named_beyond_it() {
