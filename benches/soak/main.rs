@@ -64,7 +64,13 @@ fn schedule(total: u64) -> (Vec<(u64, Fault)>, u64) {
         );
     }
     let first_rest = 600.min(total / 3);
-    let mut s = vec![(first_rest, Rest)];
+    // Rest samples every 5 minutes after the first, to see the trajectory (a leak grows steadily,
+    // an allocator's warm-up levels off); the flatness check compares the first with the last.
+    let rests = (0..)
+        .map(|i| first_rest + 300 * i)
+        .take_while(|t| t + 60 < total);
+    let mut s: Vec<(u64, Fault)> = rests.map(|t| (t, Rest)).collect();
+    let near_rest = |t: u64| t >= first_rest - 45 && (t - first_rest + 45) % 300 < 90;
     for t in [90, 330, 540] {
         if t + 30 < first_rest {
             s.push((t, AdapterKill));
@@ -74,8 +80,7 @@ fn schedule(total: u64) -> (Vec<(u64, Fault)>, u64) {
     let mut t = 120;
     let mut k = 0;
     while t + 90 < total {
-        if t.abs_diff(first_rest) > 60 && ![90, 330, 540].iter().any(|a: &u64| t.abs_diff(*a) < 30)
-        {
+        if !near_rest(t) && ![90, 330, 540].iter().any(|a: &u64| t.abs_diff(*a) < 30) {
             s.push((t, kinds[k % kinds.len()]));
             k += 1;
         }
