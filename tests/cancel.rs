@@ -411,3 +411,50 @@ fn a_stop_before_the_task_is_known_cancels_the_task_once_its_id_arrives() {
     assert_eq!(err["code"], "CANCELLED", "{err}");
     a.assert_turn_succeeds("t-late", "r2");
 }
+
+/// Found by the chaos soak (benches/soak): a turn that first repairs its thread (the previous
+/// task may still run upstream) waits up to 15 s for the kernel to stop that task. A client that
+/// left during that wait, or a Stop, went unnoticed until the wait ended: the thread answered
+/// `409 THREAD_BUSY` for up to 15 s after its client left, and a Stop cut the stream without
+/// `RUN_ERROR`. Now the wait ends as soon as its client is gone or the run is stopped.
+#[test]
+fn a_client_leaving_or_a_stop_during_the_repair_wait_frees_the_thread_at_once() {
+    let (k, mut a) = setup();
+    // An adapter killed mid-run leaves the execution recorded as running; the kernel will not
+    // stop its task, so every repair of the thread waits its whole 15 s.
+    a.hanging_run("t-rep");
+    a.restart();
+    k.ignore_cancels(true);
+    // The next turn repairs; its client leaves during the wait.
+    let s = open_run(&a.url, &body_of(&a.request("t-rep", "r2", "hi")));
+    assert!(
+        eventually(10, || a.logs().contains("never ended; stopping it")),
+        "the turn did not start the repair: {}",
+        a.logs()
+    );
+    drop(s);
+    let started = Instant::now();
+    // Before: 409 THREAD_BUSY after the admission's 3 s wait, for the whole repair.
+    let mut s = open_run(&a.url, &body_of(&a.request("t-rep", "r3", "hi")));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "admitted only when the repair wait ran out"
+    );
+    // That turn repairs too (the kernel still ignores the cancel): a Stop during its wait.
+    assert!(eventually(10, || a
+        .logs()
+        .matches("never ended; stopping it")
+        .count()
+        >= 2));
+    let execution = a.state_file("t-rep")["execution"]["executionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, _) = a.cancel(&execution, "t-rep");
+    assert_eq!(status, 200);
+    let got = test_support::raw::read_until(&mut s, b"RUN_ERROR", Duration::from_secs(5))
+        .expect("the stopped run ends with RUN_ERROR, not a cut stream");
+    assert!(String::from_utf8_lossy(&got).contains("CANCELLED"));
+    k.ignore_cancels(false);
+    a.assert_turn_succeeds("t-rep", "r5");
+}

@@ -4,7 +4,8 @@
 # packages and the Python venv.
 #   bash tests/run-all.sh
 # Parts can be skipped for a quick local loop: SKIP_REAL_KERNEL=1, SKIP_CONFORMANCE=1,
-# SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1; LOAD_SECS sets the load test's duration (default 60).
+# SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1; LOAD_SECS sets the load test's duration (default 60),
+# SOAK_SECS the chaos soak's (default 60 here; the bench's own default is 1800).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
@@ -52,6 +53,11 @@ rm -rf "$captures"
 AGUI_CAPTURE_DIR="$captures" cargo test --quiet -- --skip five_hundred_concurrent_runs
 step "load: 500 concurrent runs for ${LOAD_SECS:-60} s, every event in order"
 cargo test --quiet --test reliability -- --exact five_hundred_concurrent_runs_deliver_every_event_in_order
+
+step "chaos soak, short: 50 clients for ${SOAK_SECS:-60} s with faults injected, every invariant checked (benches/soak)"
+# Built first (the bench profile's build is not part of the time bound), then bounded.
+cargo bench --quiet --bench soak --no-run
+SOAK_SECS="${SOAK_SECS:-60}" timeout "$(( ${SOAK_SECS:-60} + 240 ))" cargo bench --quiet --bench soak
 
 step "every captured stream validates with the Python ag-ui-protocol models"
 bash tests/validate-captures.sh "$captures"

@@ -1,7 +1,8 @@
 //! What a test changes from outside the protocol: gates that hold a script, the record of requests
 //! and faults (a kernel that lost its tasks, refuses answers, hangs on or ignores `CancelTask`).
 //! In-process tests call the `FakeKernel` methods; the standalone binary serves the same under
-//! `/__control/` (not recorded, no token needed).
+//! `/__control/` (not recorded, no token needed): `open?gate=G`, `requests`, `forget`,
+//! `hang?on=1|0`.
 
 use crate::http::respond;
 use crate::{FakeKernel, Fault, State};
@@ -79,6 +80,12 @@ impl FakeKernel {
         self.state.stall_cancels.store(on, Ordering::SeqCst);
     }
 
+    /// While set, the kernel hangs: new tasks stream one text item and then nothing, `CancelTask`
+    /// gets no answer (at most 60 s). Served as `POST /__control/hang?on=1|0` too.
+    pub fn hang_all(&self, on: bool) {
+        self.state.hang_all.store(on, Ordering::SeqCst);
+    }
+
     /// From now on a cancelled task keeps working for `ms` before it stops (0: at once).
     pub fn slow_cancels(&self, ms: u64) {
         self.state.slow_cancels.store(ms, Ordering::SeqCst);
@@ -141,6 +148,11 @@ pub(crate) fn serve_open_route(
         ("GET", "/__control/requests") => {
             let all = state.requests.lock().unwrap().clone();
             respond(conn, 200, &Value::Array(all))
+        }
+        ("POST", "/__control/hang") => {
+            let on = query == "on=1";
+            state.hang_all.store(on, Ordering::SeqCst);
+            respond(conn, 200, &json!({"ok": true, "hang": on}))
         }
         ("POST", "/__control/forget") => {
             forget(state);

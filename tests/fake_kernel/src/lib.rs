@@ -113,6 +113,9 @@ struct State {
     reject_answers: AtomicBool,
     /// A hung kernel: `CancelTask` calls get no answer while set (at most 60 s).
     stall_cancels: AtomicBool,
+    /// A hung kernel (the soak's fault): while set, every new task streams one text item and then
+    /// hangs whatever its message asked for, and `CancelTask` calls get no answer (at most 60 s).
+    hang_all: AtomicBool,
     /// A kernel that ignores `CancelTask` (answers, but the task keeps working).
     ignore_cancels: AtomicBool,
     /// Milliseconds a cancelled task keeps working (and its context busy) before it stops, as

@@ -145,7 +145,9 @@ fn history_of(log: &[Value]) -> Vec<Value> {
 fn cancel_task(state: &State, conn: &TcpStream, req: &Value) -> std::io::Result<()> {
     let id = req["params"]["id"].as_str().unwrap_or("");
     let until = Instant::now() + Duration::from_secs(60);
-    while state.stall_cancels.load(Ordering::SeqCst) && Instant::now() < until {
+    let stalled =
+        || state.stall_cancels.load(Ordering::SeqCst) || state.hang_all.load(Ordering::SeqCst);
+    while stalled() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut tasks = state.tasks.lock().unwrap();

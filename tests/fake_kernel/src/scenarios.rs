@@ -172,6 +172,9 @@ pub fn scenario(name: &str) -> Option<Vec<Step>> {
             working_text("Finished after the wait."),
             done(),
         ],
+        // `count` numbered text items 100 ms apart, then done: a run that lasts long enough to be
+        // observed, cut and resumed mid-way (the soak bench).
+        n if n.starts_with("paced-") => vec![Step::Numbered { count: n["paced-".len()..].parse().ok()?, gap_ms: 100 }, done()],
         n if n.starts_with("flood-") => vec![Step::Flood(n["flood-".len()..].parse().ok()?), done()],
         _ => return None,
     })

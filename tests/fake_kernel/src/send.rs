@@ -204,6 +204,11 @@ fn start_task(state: &State, m: &Value, ctx: &str) -> Result<Accepted, Refusal> 
         .strip_prefix("scenario:")
         .map(|s| s.split_whitespace().next().unwrap_or(""))
         .unwrap_or("normal");
+    let name = if state.hang_all.load(Ordering::SeqCst) {
+        "hang"
+    } else {
+        name
+    };
     let script = state
         .overrides
         .lock()
