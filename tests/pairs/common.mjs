@@ -62,7 +62,8 @@ export function held(i) {
 
 let haproxy = null;
 /** (Re)starts HAProxy with contrib/deploy/haproxy.cfg: ports rewritten to BASE_PORT's, the thread
- * map `map`, `maxconn`, and `edit` for whatever else a driver changes. */
+ * map `map` (named by AGUI_THREAD_MAP, as /etc/default/haproxy would), `maxconn`, and `edit` for
+ * whatever else a driver changes. */
 export async function startHaproxy({ map = "", maxconn = 1000, edit = (cfg) => cfg } = {}) {
   if (haproxy) {
     haproxy.kill();
@@ -72,14 +73,13 @@ export async function startHaproxy({ map = "", maxconn = 1000, edit = (cfg) => c
   fs.writeFileSync(mapFile, map);
   const cfg = fs
     .readFileSync(path.join(ROOT, "contrib/deploy/haproxy.cfg"), "utf8")
-    .replaceAll("/etc/haproxy/agui-threads.map", mapFile)
     .replace("log stdout format raw local0 notice", "log stderr format raw local0 info")
     .replace(/maxconn \d+/, `maxconn ${maxconn}`)
     .replace(/127\.0\.0\.1:413(\d\d)/g, (_, n) => `127.0.0.1:${BASE + Number(n)}`);
   const file = path.join(WORK, "haproxy.cfg");
   fs.writeFileSync(file, edit(cfg));
   const out = fs.openSync(path.join(WORK, "haproxy.log"), "a");
-  haproxy = spawn("haproxy", ["-db", "-f", file], { stdio: ["ignore", out, out] });
+  haproxy = spawn("haproxy", ["-db", "-f", file], { stdio: ["ignore", out, out], env: { ...process.env, AGUI_THREAD_MAP: mapFile } });
   fs.writeFileSync(path.join(WORK, "haproxy.pid"), String(haproxy.pid));
   for (let i = 0; i < 100; i++) {
     try {
@@ -94,7 +94,7 @@ export async function startHaproxy({ map = "", maxconn = 1000, edit = (cfg) => c
 
 /** One run: `{ok, outcome, status, code, message, cause, types, executionId}`. Messages added for
  * a run that was refused are taken back, as a client retrying the same turn would. */
-export async function turn(agent, { text, resume, cwd, onSession, timeoutMs = 30_000 }) {
+export async function turn(agent, { text, resume, cwd, userId, runId = `run-${randomUUID()}`, onSession, timeoutMs = 30_000 }) {
   const before = agent.messages.length;
   if (text) agent.addMessage({ id: `u-${randomUUID()}`, role: "user", content: text });
   const r = { ok: false, types: [], outcome: null };
@@ -111,9 +111,9 @@ export async function turn(agent, { text, resume, cwd, onSession, timeoutMs = 30
   };
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), timeoutMs);
-  const forwardedProps = { iacCode: { schemaVersion: 1, rosInvocationId: `inv-${agent.threadId}`, cwd } };
+  const forwardedProps = { iacCode: { schemaVersion: 1, rosInvocationId: `inv-${agent.threadId}`, cwd, ...(userId ? { userId } : {}) } };
   try {
-    await agent.runAgent({ forwardedProps, resume, runId: `run-${randomUUID()}`, abortController: controller }, subscriber);
+    await agent.runAgent({ forwardedProps, resume, runId, abortController: controller }, subscriber);
     r.ok = r.outcome !== null && !r.code;
   } catch (e) {
     r.status = e.status;

@@ -23,6 +23,10 @@ START=$(date +%s)
 # Debian installs haproxy in /usr/sbin, outside a normal user's PATH (common.mjs spawns it by name).
 export PATH="$PATH:/usr/sbin:/sbin"
 command -v haproxy >/dev/null || { echo "haproxy not installed (apt-get install -y haproxy)" >&2; exit 1; }
+# The shipped config as a fresh host has it (no thread map, no AGUI_THREAD_MAP) must be valid.
+env -u AGUI_THREAD_MAP haproxy -c -q -f contrib/deploy/haproxy.cfg \
+  || { echo "FAIL  haproxy -c on contrib/deploy/haproxy.cfg (a fresh host)" >&2; exit 1; }
+echo "PASS  haproxy -c on the shipped contrib/deploy/haproxy.cfg (no thread map)"
 
 REAL="${PAIRS_REAL_KERNEL:-}"
 VENV="${REAL_KERNEL_VENV:-$ROOT/target/real-kernel-venv}"
