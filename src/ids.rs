@@ -88,6 +88,13 @@ pub(crate) fn rfc3339(ms: u64) -> String {
     )
 }
 
+/// RFC 3339 UTC time with milliseconds (`2026-08-27T03:00:00.250Z`): times that order events
+/// within a second, such as a thread's activity.
+pub(crate) fn rfc3339_millis(ms: u64) -> String {
+    let whole = rfc3339(ms);
+    format!("{}.{:03}Z", whole.trim_end_matches('Z'), ms % 1000)
+}
+
 /// The file name (without `.json`) of a thread's state, the same as the reference adapter's so an
 /// operator can swap adapters and keep the state directory: a lower-case id of `[a-z0-9_.-]` is its
 /// own key (except `.`, `..`, a trailing `.` and Windows device names); any other id becomes
@@ -185,6 +192,15 @@ mod tests {
             std::fs::write(&path, b"{}").unwrap();
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn rfc3339_millis_keeps_the_milliseconds() {
+        assert_eq!(
+            rfc3339_millis(1_787_799_600_250),
+            "2026-08-27T03:00:00.250Z"
+        );
+        assert_eq!(rfc3339_millis(5), "1970-01-01T00:00:00.005Z");
     }
 
     #[test]

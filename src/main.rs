@@ -255,14 +255,17 @@ fn build_app(config: Config, kernel: &Upstream) -> Arc<App> {
         Some(k) => Some(k.token().to_string()),
         None => config.a2a_token.clone(),
     };
-    Arc::new(App {
+    let app = Arc::new(App {
         a2a: A2aClient::new(&kernel.url, token, config.a2a_idle_timeout),
         store: Store::new(config.state_dir.clone()),
         heartbeats: Heartbeats::start(config.heartbeat),
         feeds: Feeds::start(config.replay_buffer_bytes, config.detach_grace),
         runs: Runs::default(),
         config,
-    })
+    });
+    // The thread list's index is built in the background: serving waits for none of it.
+    app.store.start_index();
+    app
 }
 
 /// Starts the dispatcher threads and says where the adapter listens.

@@ -13,6 +13,7 @@ use crate::input::{self, MAX_BODY_BYTES};
 use crate::observe::{self, Observer};
 use crate::pairs;
 use crate::run::{self, Admitted};
+use crate::store::parse_limit;
 use std::sync::Arc;
 use tiny_http::{Header, Method, Request};
 
@@ -111,6 +112,9 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
             .map(Next::Json)
             .map_err(refuse);
     }
+    if let Route::Threads = route {
+        return thread_list(app, req.url()).map_err(refuse);
+    }
     check_json_content_type(req).map_err(refuse)?;
     let limit = match route {
         Route::Run => MAX_BODY_BYTES,
@@ -121,6 +125,17 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
     crate::memory::note_body(body.len());
     let accept_language = accept_language.as_deref();
     with_body(app, req, route, body, header_lang, accept_language)
+}
+
+/// `GET …/threads?userId=U&limit=N&cursor=C`: a page of the user's threads.
+fn thread_list(app: &App, url: &str) -> Result<Next, Error> {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let user = query_param(query, "userId").ok_or_else(|| Msg::ThreadListNeedsUser.err())?;
+    let limit = parse_limit(query_param(query, "limit").as_deref())?;
+    let cursor = query_param(query, "cursor");
+    app.store
+        .list_threads(&user, limit, cursor.as_deref())
+        .map(Next::Json)
 }
 
 /// `GET /health`: the adapter, its protocol and its version.
@@ -160,7 +175,7 @@ fn with_body(
                 .map_err(refuse)
         }
         Route::Run => admit_run(app, req, body, accept_language),
-        Route::Health | Route::Metrics | Route::Thread(_) | Route::Unknown => {
+        Route::Health | Route::Metrics | Route::Thread(_) | Route::Threads | Route::Unknown => {
             Err(refuse(Msg::Internal.err()))
         }
     }

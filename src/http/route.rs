@@ -6,6 +6,7 @@ use tiny_http::Method;
 
 const CANCEL_PREFIX: &str = "/extensions/iac-code/v1/executions/";
 const THREADS_PREFIX: &str = "/extensions/iac-code/v1/threads/";
+const THREADS: &str = "/extensions/iac-code/v1/threads";
 
 pub(super) enum Route {
     Health,
@@ -16,6 +17,8 @@ pub(super) enum Route {
     Subscribe(String),
     /// The thread lookup; the id percent-decoded.
     Thread(String),
+    /// The thread list (a user's threads).
+    Threads,
     Unknown,
 }
 
@@ -27,6 +30,7 @@ impl Route {
             "/health" => Route::Health,
             "/metrics" => Route::Metrics,
             "/" => Route::Run,
+            THREADS => Route::Threads,
             p => {
                 let execution = |suffix: &str| {
                     p.strip_prefix(CANCEL_PREFIX)
@@ -61,6 +65,7 @@ impl Route {
             Route::Cancel(_) => "/extensions/iac-code/v1/executions/{id}/cancel",
             Route::Subscribe(_) => "/extensions/iac-code/v1/executions/{id}/subscribe",
             Route::Thread(_) => "/extensions/iac-code/v1/threads/{threadId}",
+            Route::Threads => THREADS,
             Route::Unknown => "(no route)",
         }
     }
@@ -70,7 +75,7 @@ pub(super) fn check_method(route: &Route, method: &Method, path: &str) -> Result
     let allowed = match (route, method) {
         (Route::Health | Route::Metrics, Method::Get | Method::Head) => true,
         (Route::Run | Route::Cancel(_) | Route::Subscribe(_), Method::Post) => true,
-        (Route::Thread(_), Method::Get) => true,
+        (Route::Thread(_) | Route::Threads, Method::Get) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
             return Err(Msg::NoRoute.with(&[&shown]));
@@ -125,6 +130,10 @@ mod tests {
             assert!(matches!(Route::of(p), Route::Unknown), "{p}");
         }
         assert!(matches!(Route::of("/health"), Route::Health));
+        assert!(matches!(
+            Route::of("/extensions/iac-code/v1/threads"),
+            Route::Threads
+        ));
         assert!(matches!(Route::of("/"), Route::Run));
     }
 

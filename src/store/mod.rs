@@ -1,16 +1,25 @@
 //! The thread store: one small JSON document per AG-UI thread, `<state-dir>/threads/<key>.json`.
 //!
-//! Documents are loaded lazily (nothing is scanned at start-up) and replaced atomically (write to a
-//! temporary file in the same directory, fsync, rename), so a crash at any instant leaves either the
-//! old or the new document, never a torn one. A per-thread [`Slot`] mutex serializes everything that
-//! reads and writes one thread. The layout is the reference adapter's; it never holds conversation
-//! text or credentials.
+//! Documents are loaded lazily and replaced atomically (write to a temporary file in the same
+//! directory, fsync, rename), so a crash at any instant leaves either the old or the new document,
+//! never a torn one. A per-thread [`Slot`] mutex serializes everything that reads and writes one
+//! thread. The layout is the reference adapter's; it never holds conversation text or credentials.
+//!
+//! The thread list (`list.rs`) reads an in-memory index (`index.rs`) of the user-bound threads,
+//! built by a background scan at start-up (`scan.rs`; nothing at start-up waits for it) and kept
+//! current by every save, which stamps the file it writes (`cursor.rs`: the list's cursor).
 
+mod cursor;
 mod doc;
+mod index;
+mod list;
+mod scan;
 
 use crate::error::{Error, Msg};
 use crate::ids;
 pub(crate) use doc::{AppliedDigest, Execution, Pending, Recorded, ThreadDoc};
+use index::ThreadIndex;
+pub(crate) use list::parse_limit;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -58,6 +67,9 @@ pub struct Store {
     root: PathBuf,
     dir: PathBuf,
     slots: Mutex<HashMap<String, Arc<Mutex<Slot>>>>,
+    /// The user-bound threads by recent activity, for the thread list.
+    index: Arc<ThreadIndex>,
+    index_scan: std::sync::Once,
 }
 
 impl Store {
@@ -66,7 +78,17 @@ impl Store {
             dir: state_dir.join("threads"),
             root: state_dir,
             slots: Mutex::new(HashMap::new()),
+            index: Arc::default(),
+            index_scan: std::sync::Once::new(),
         }
+    }
+
+    /// Starts building the thread index from the state files, in the background (once; `main`
+    /// calls it at start-up, the first list otherwise).
+    pub fn start_index(&self) {
+        self.index_scan.call_once(|| {
+            scan::scan_in_background(self.dir.clone(), self.index.clone());
+        });
     }
 
     pub(crate) fn path_of(&self, thread_id: &str) -> PathBuf {
@@ -127,17 +149,23 @@ impl Store {
         Ok(Some(doc))
     }
 
-    /// Atomically replaces a thread's document.
+    /// Atomically replaces a thread's document, and records the write as the thread's newest
+    /// activity in the index (its stamp is the file's modification time, which the start-up scan
+    /// reads back).
     pub(crate) fn save(&self, doc: &ThreadDoc) -> Result<(), Error> {
-        let path = self.path_of(&doc.thread_id);
+        let key = ids::thread_key(&doc.thread_id);
+        let path = self.dir.join(format!("{key}.json"));
         let bytes = serde_json::to_vec_pretty(doc).map_err(|_| Msg::StateEncodeFailed.err())?;
+        let stamp = self.index.begin_write();
+        let modified = std::time::UNIX_EPOCH + std::time::Duration::from_millis(stamp);
         let write = || -> std::io::Result<()> {
             self.create_dirs()?;
             let file = atomicwrites::AtomicFile::new(&path, atomicwrites::AllowOverwrite);
             // The temporary file is made owner-only before any byte is in it; the rename keeps it.
             file.write(|f| {
                 f.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
-                std::io::Write::write_all(f, &bytes)
+                std::io::Write::write_all(f, &bytes)?;
+                f.set_modified(modified)
             })
             .map_err(|e| match e {
                 atomicwrites::Error::Internal(e) | atomicwrites::Error::User(e) => e,
@@ -146,6 +174,11 @@ impl Store {
         let started = std::time::Instant::now();
         let written = write();
         crate::metrics::STATE_WRITE_LATENCY.observe(started.elapsed());
+        let listed = written.is_ok().then_some(()).and(doc.user_id.as_deref());
+        self.index.end_write(
+            stamp,
+            listed.map(|user| (key.as_str(), doc.thread_id.as_str(), user)),
+        );
         written.map_err(|e| {
             log::error!("cannot write thread state {}: {e}", path.display());
             Msg::StateWriteFailed.err()
