@@ -8,6 +8,12 @@
 //     kernel must only have seen contexts of its own pair's threads, every run must succeed: so the
 //     resumes and cancels reached the owner. One stream direct and one through HAProxy carry the
 //     same event types (the proxy changes nothing).
+//  1b. Routing by user (X-AGUI-User-Id on every request): USERS users start 3 threads each through
+//     HAProxy; every user's threads live on one pair (state dirs), the users spread over the pairs;
+//     one list request through HAProxy (GET …/threads?userId=U) lists exactly the user's threads;
+//     each thread's history (…/threads/{id}/messages) and live feed (…/threads/{id}/events, a turn
+//     run through HAProxy while it is open) are answered through HAProxy by the pair that holds it
+//     (another pair answers 404); a header that disagrees with the body's userId is a 400.
 //  2. Some threads of every pair are left on a pending permission interrupt; pair 2 is killed
 //     (adapter SIGKILL, its kernel frozen: the fake kernel keeps tasks in memory only, where the
 //     real one keeps them on disk). Pair 2's threads get 503 STATE_UNAVAILABLE (a new turn and a
@@ -30,6 +36,8 @@ const CWD = process.env.CWD;
 const N = Number(process.env.PAIRS_THREADS || "300");
 const POOL = 24;
 const KERNELS = process.env.A2A_URLS.split(" ");
+const USERS = Number(process.env.PAIRS_USERS || "12");
+const EXT = "/extensions/iac-code/v1";
 
 const sample = (results, bad) => {
   const b = results.filter(bad);
@@ -144,6 +152,117 @@ async function phaseSameStream() {
   check(d.ok && p.ok && d.types.join() === p.types.join(), `the same stream direct and through HAProxy (${p.types.length} events)`);
 }
 
+// ---- routing by user -----------------------------------------------------------------------------
+
+/** A console's agent: its user named in X-AGUI-User-Id (and the thread in X-AGUI-Thread-Id). */
+const userAgent = (user, threadId) =>
+  new HttpAgent({ url: `${PROXY}/`, threadId, headers: { "X-AGUI-User-Id": user, "X-AGUI-Thread-Id": threadId } });
+
+/** GET through HAProxy (or `base`) as the user's console does: `[status, json]`. */
+async function getJson(route, user, base = PROXY) {
+  const res = await fetch(`${base}${EXT}${route}`, { headers: user ? { "X-AGUI-User-Id": user } : {} });
+  return [res.status, await res.json().catch(() => null)];
+}
+
+/** Opens the thread's live feed through HAProxy; `until(runId)` resolves with the run's event
+ * types once its RUN_FINISHED/RUN_ERROR arrived (or null after `ms`). */
+async function openFeed(user, threadId) {
+  const controller = new AbortController();
+  const q = `userId=${encodeURIComponent(user)}`;
+  const res = await fetch(`${PROXY}${EXT}/threads/${encodeURIComponent(threadId)}/events?${q}`, {
+    headers: { "X-AGUI-User-Id": user, Accept: "text/event-stream" },
+    signal: controller.signal,
+  });
+  const events = [];
+  const waiters = [];
+  const pump = (async () => {
+    if (!res.ok || !res.body) return;
+    const decoder = new TextDecoder();
+    let buf = "";
+    try {
+      for await (const chunk of res.body) {
+        buf += decoder.decode(chunk, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const frame = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+          if (data) events.push(JSON.parse(data));
+          waiters.forEach((w) => w());
+        }
+      }
+    } catch {}
+  })();
+  const until = (runId, ms = 15_000) =>
+    new Promise((resolve) => {
+      const done = () => {
+        if (events.some((e) => (e.type === "RUN_FINISHED" || e.type === "RUN_ERROR") && e.runId === runId)) resolve(runTypes(runId));
+      };
+      const runTypes = (id) => {
+        const from = events.findIndex((e) => e.type === "RUN_STARTED" && e.runId === id);
+        const to = events.findIndex((e, k) => k > from && (e.type === "RUN_FINISHED" || e.type === "RUN_ERROR"));
+        return events.slice(from, to + 1).map((e) => e.type);
+      };
+      waiters.push(done);
+      done();
+      setTimeout(() => resolve(null), ms);
+    });
+  return { status: res.status, until, close: () => (controller.abort(), pump) };
+}
+
+async function phaseUsers() {
+  const users = Array.from({ length: USERS }, (_, i) => `user-${i}-${randomUUID().slice(0, 8)}`);
+  const threads = users.flatMap((u) => [0, 1, 2].map((k) => ({ user: u, agent: userAgent(u, `${u}-t${k}-${randomUUID().slice(0, 8)}`) })));
+  const created = await pool(threads, ({ user, agent }) => turn(agent, { text: "hello from a user's console", userId: user }));
+  check(created.every((r) => r.ok), `${threads.length} threads of ${USERS} users created through HAProxy with X-AGUI-User-Id${sample(created, (r) => !r.ok)}`);
+  const ownerOf = (t) => [1, 2, 3].filter((p) => held(p).has(t));
+  const pairOfUser = new Map(users.map((u) => [u, new Set(threads.filter((t) => t.user === u).flatMap((t) => ownerOf(t.agent.threadId)))]));
+  check([...pairOfUser.values()].every((s) => s.size === 1), "every user's threads all live on one pair (state dirs)");
+  const spread = new Set([...pairOfUser.values()].map((s) => [...s][0]));
+  check(spread.size >= 2, `the users are spread over the pairs (${spread.size} pairs hold users)`);
+  // One list request per user through HAProxy: complete, newest first. Once with the header,
+  // once as a client without it (the userId query routes the list alike).
+  for (const [i, u] of users.entries()) {
+    const mine = threads.filter((t) => t.user === u).map((t) => t.agent.threadId);
+    const [status, body] = await getJson(`/threads?userId=${encodeURIComponent(u)}&limit=100`, i % 2 ? u : null);
+    const listed = (body?.threads || []).map((t) => t.threadId);
+    if (!check(status === 200 && listed.length === mine.length && mine.every((t) => listed.includes(t)), `the list of ${u} through HAProxy (${i % 2 ? "header" : "query only"}) holds its ${mine.length} threads (got ${status} ${listed.length})`)) break;
+  }
+  // History and the live feed of every thread, through HAProxy, from its pair.
+  let historyOk = 0;
+  let feedOk = 0;
+  let otherPair404 = 0;
+  const bad = [];
+  for (const { user, agent } of threads) {
+    const id = encodeURIComponent(agent.threadId);
+    const q = `userId=${encodeURIComponent(user)}`;
+    const [hs, hb] = await getJson(`/threads/${id}/messages?${q}`, user);
+    const texts = (hb?.messages || []).map((m) => (typeof m.content === "string" ? m.content : ""));
+    if (hs === 200 && hb.threadId === agent.threadId && texts.includes("hello from a user's console")) historyOk++;
+    else bad.push(`history ${hs} ${JSON.stringify(hb).slice(0, 200)}`);
+    const owner = ownerOf(agent.threadId)[0];
+    const other = [1, 2, 3].find((p) => p !== owner);
+    const [os] = await getJson(`/threads/${id}/messages?${q}`, null, `http://127.0.0.1:${BASE + other}`);
+    if (os === 404) otherPair404++;
+    const feed = await openFeed(user, agent.threadId);
+    const runId = `run-${randomUUID()}`;
+    const r = await turn(agent, { text: "while a feed is open", userId: user, runId });
+    const seen = feed.status === 200 ? await feed.until(runId) : null;
+    await feed.close();
+    if (r.ok && seen && seen[0] === "RUN_STARTED" && seen.join() === r.types.join()) feedOk++;
+    else bad.push(`feed ${feed.status} run ${r.ok} saw ${seen?.length} of ${r.types.length}`);
+  }
+  check(historyOk === threads.length, `history of all ${threads.length} threads answered through HAProxy by their pair (${historyOk})${bad.length ? `, e.g. ${bad[0]}` : ""}`);
+  check(otherPair404 === threads.length, `another pair answers each thread's history 404 (${otherPair404})`);
+  check(feedOk === threads.length, `the live feed of all ${threads.length} threads, through HAProxy, carried the turn run meanwhile (${feedOk})`);
+  // The adapter checks the header a balancer hashes on.
+  const liar = userAgent(users[0], `liar-${randomUUID()}`);
+  const lie = await turn(liar, { text: "hello", userId: users[1] });
+  check(lie.status === 400 && lie.code === "INVALID_INPUT" && /X-AGUI-User-Id/.test(lie.message), `X-AGUI-User-Id disagreeing with the body's userId: ${lie.status} ${lie.code}`);
+  const [ls, lb] = await getJson(`/threads?userId=${encodeURIComponent(users[1])}`, users[0]);
+  check(ls === 400 && lb?.error?.code === "INVALID_INPUT", `X-AGUI-User-Id disagreeing with the list's userId query: ${ls}`);
+}
+
 async function phaseKill(agents, owner) {
   const victim = 2;
   const pendingOf = new Map();
@@ -205,7 +324,7 @@ async function phaseAddPair(agents, owner) {
   check(moved.length > 0 && moved.length < agents.length / 2, "about a quarter of the threads moved (consistent hashing)");
   check(held(4).size === 0 && (await kernelContexts(4)).size === 0, "pair 4 created no thread and no kernel session");
   const map = execFileSync("bash", [path.join(ROOT, "contrib/deploy/thread-map.sh"), "3"], { env: { ...process.env, PAIRS_ROOT: path.join(WORK, "pairs") } }).toString();
-  check(map.trim().split("\n").length === agents.length + 2, `thread-map.sh pinned ${map.trim().split("\n").length} threads to their pairs`);
+  check(map.trim().split("\n").length === agents.length + 2 + USERS * 3, `thread-map.sh pinned ${map.trim().split("\n").length} threads to their pairs`);
   await startHaproxy(4, map);
   const again = await pool(agents, (a) => turn(a, { text: "pinned" }));
   check(again.every((r) => r.ok), `with the map every existing thread goes on on its own pair${sample(again, (r) => !r.ok)}`);
@@ -221,6 +340,7 @@ async function main() {
   const agents = Array.from({ length: N }, (_, i) => new HttpAgent({ url: `${PROXY}/`, threadId: `t${i}-${randomUUID()}` }));
   const owner = await phaseTraffic(agents);
   await phaseSameStream();
+  await phaseUsers();
   await phaseKill(agents, owner);
   await phaseAddPair(agents, owner);
   check(warnings.length === 0, `@ag-ui/client printed no warning${warnings.length ? `: ${warnings[0]}` : ""}`);
