@@ -62,15 +62,18 @@ export function held(i) {
 
 let haproxy = null;
 /** (Re)starts HAProxy with contrib/deploy/haproxy.cfg: ports rewritten to BASE_PORT's, the thread
- * map `map` (named by AGUI_THREAD_MAP, as /etc/default/haproxy would), `maxconn`, and `edit` for
+ * map `map` and the user map `userMap` (named by AGUI_THREAD_MAP and AGUI_USER_MAP, as
+ * /etc/default/haproxy would; no user map when null), `maxconn`, and `edit` for
  * whatever else a driver changes. */
-export async function startHaproxy({ map = "", maxconn = 1000, edit = (cfg) => cfg } = {}) {
+export async function startHaproxy({ map = "", userMap = null, maxconn = 1000, edit = (cfg) => cfg } = {}) {
   if (haproxy) {
     haproxy.kill();
     await new Promise((r) => haproxy.once("exit", r));
   }
   const mapFile = path.join(WORK, "threads.map");
   fs.writeFileSync(mapFile, map);
+  const userMapFile = path.join(WORK, "users.map");
+  if (userMap !== null) fs.writeFileSync(userMapFile, userMap);
   const cfg = fs
     .readFileSync(path.join(ROOT, "contrib/deploy/haproxy.cfg"), "utf8")
     .replace("log stdout format raw local0 notice", "log stderr format raw local0 info")
@@ -79,7 +82,7 @@ export async function startHaproxy({ map = "", maxconn = 1000, edit = (cfg) => c
   const file = path.join(WORK, "haproxy.cfg");
   fs.writeFileSync(file, edit(cfg));
   const out = fs.openSync(path.join(WORK, "haproxy.log"), "a");
-  haproxy = spawn("haproxy", ["-db", "-f", file], { stdio: ["ignore", out, out], env: { ...process.env, AGUI_THREAD_MAP: mapFile } });
+  haproxy = spawn("haproxy", ["-db", "-f", file], { stdio: ["ignore", out, out], env: { ...process.env, AGUI_THREAD_MAP: mapFile, ...(userMap !== null ? { AGUI_USER_MAP: userMapFile } : {}) } });
   fs.writeFileSync(path.join(WORK, "haproxy.pid"), String(haproxy.pid));
   for (let i = 0; i < 100; i++) {
     try {

@@ -21,8 +21,11 @@
 //  3. Pair 2 restarts in place: its threads continue, its pending interrupts are resumed.
 //  4. A fourth pair is added to HAProxy: the threads that now hash to it are refused by it with
 //     503 STATE_UNAVAILABLE and it creates nothing; contrib/deploy/thread-map.sh pins the threads
-//     to their pairs, HAProxy is restarted with the map, every old thread goes on where it was and
-//     new threads also land on pair 4.
+//     to their pairs (and, with --users, the users), HAProxy is restarted with the maps, every old
+//     thread goes on where it was and new threads also land on pair 4; every user of 1b keeps its
+//     pair (a new thread lands there, its list stays complete); a user whose threads were created
+//     before routing by user (no header: spread by thread) keeps them all working through the
+//     pins, its new threads land on its pinned pair, and its list there holds that pair's threads.
 // Prints one line per check and exits 1 on any failure.
 
 import { randomUUID } from "node:crypto";
@@ -54,7 +57,7 @@ async function kernelContexts(i) {
 }
 
 /** HAProxy for pairs 1..`pairs` (3 or 4) with the thread map `map`. */
-function startHaproxy(pairs, map = "") {
+function startHaproxy(pairs, map = "", userMap = null) {
   const withPair4 = (cfg) => {
     if (pairs !== 4) return cfg;
     // pair4 joins the hashing and health backends, and gets a backend of its own like pair3's.
@@ -67,7 +70,7 @@ function startHaproxy(pairs, map = "") {
       })
       .join("\n");
   };
-  return startWith({ map, maxconn: Math.floor(fdLimit() / 2) - 100, edit: withPair4 });
+  return startWith({ map, userMap, maxconn: Math.floor(fdLimit() / 2) - 100, edit: withPair4 });
 }
 
 /** This process's file-descriptor limit (HAProxy inherits it). */
@@ -261,6 +264,14 @@ async function phaseUsers() {
   check(lie.status === 400 && lie.code === "INVALID_INPUT" && /X-AGUI-User-Id/.test(lie.message), `X-AGUI-User-Id disagreeing with the body's userId: ${lie.status} ${lie.code}`);
   const [ls, lb] = await getJson(`/threads?userId=${encodeURIComponent(users[1])}`, users[0]);
   check(ls === 400 && lb?.error?.code === "INVALID_INPUT", `X-AGUI-User-Id disagreeing with the list's userId query: ${ls}`);
+  // A user whose threads were started before routing by user: bound to it (body userId), no
+  // header, so hashed by thread over the pairs.
+  const early = `early-${randomUUID().slice(0, 8)}`;
+  const earlyThreads = Array.from({ length: 9 }, (_, k) => new HttpAgent({ url: `${PROXY}/`, threadId: `${early}-t${k}-${randomUUID().slice(0, 8)}` }));
+  const earlyRuns = await pool(earlyThreads, (a) => turn(a, { text: "before the switch", userId: early }));
+  const earlyPairs = new Set(earlyThreads.flatMap((a) => ownerOf(a.threadId)));
+  check(earlyRuns.every((r) => r.ok) && earlyPairs.size >= 2, `9 threads of a user started without the header are spread over ${earlyPairs.size} pairs`);
+  return { users, threads, pairOfUser: new Map([...pairOfUser].map(([u, s]) => [u, [...s][0]])), early, earlyThreads };
 }
 
 async function phaseKill(agents, owner) {
@@ -312,7 +323,7 @@ async function phaseKill(agents, owner) {
   check(resumed === victimPending && victimPending > 0, `${resumed} pending interrupts of pair ${victim} resumed after its restart`);
 }
 
-async function phaseAddPair(agents, owner) {
+async function phaseAddPair(agents, owner, byUser) {
   pairsSh("start-one", "4");
   await startHaproxy(4);
   const results = await pool(agents, (a) => turn(a, { text: "with four pairs" }));
@@ -324,14 +335,44 @@ async function phaseAddPair(agents, owner) {
   check(moved.length > 0 && moved.length < agents.length / 2, "about a quarter of the threads moved (consistent hashing)");
   check(held(4).size === 0 && (await kernelContexts(4)).size === 0, "pair 4 created no thread and no kernel session");
   const map = execFileSync("bash", [path.join(ROOT, "contrib/deploy/thread-map.sh"), "3"], { env: { ...process.env, PAIRS_ROOT: path.join(WORK, "pairs") } }).toString();
-  check(map.trim().split("\n").length === agents.length + 2 + USERS * 3, `thread-map.sh pinned ${map.trim().split("\n").length} threads to their pairs`);
-  await startHaproxy(4, map);
+  check(map.trim().split("\n").length === agents.length + 2 + USERS * 3 + 9, `thread-map.sh pinned ${map.trim().split("\n").length} threads to their pairs`);
+  const userMap = execFileSync("bash", [path.join(ROOT, "contrib/deploy/thread-map.sh"), "--users", "3"], { env: { ...process.env, PAIRS_ROOT: path.join(WORK, "pairs") } }).toString();
+  const pinned = new Map(userMap.trim().split("\n").map((l) => l.split(" ")));
+  check(byUser.users.every((u) => pinned.get(u) === `pair${byUser.pairOfUser.get(u)}`) && pinned.has(byUser.early), `thread-map.sh --users pinned ${pinned.size} users to their pairs`);
+  await startHaproxy(4, map, userMap);
   const again = await pool(agents, (a) => turn(a, { text: "pinned" }));
   check(again.every((r) => r.ok), `with the map every existing thread goes on on its own pair${sample(again, (r) => !r.ok)}`);
   const fresh = Array.from({ length: 40 }, () => new HttpAgent({ url: `${PROXY}/`, threadId: `new-${randomUUID()}` }));
   const freshRuns = await pool(fresh, (a) => turn(a, { text: "new thread" }));
   check(freshRuns.every((r) => r.ok) && held(4).size > 0, `new threads are spread over four pairs (${held(4).size} of 40 on pair 4)`);
   check(agents.every((a) => !held(4).has(a.threadId) && owner.has(a.threadId)), "no old thread was started on pair 4");
+  await phasePinnedUsers(byUser);
+}
+
+/** With four pairs and the maps: every user keeps its pair; the early user's threads all work. */
+async function phasePinnedUsers({ users, threads, pairOfUser, early, earlyThreads }) {
+  const fresh = await pool(users, (u) => turn(userAgent(u, `${u}-after-${randomUUID().slice(0, 8)}`), { text: "with four pairs", userId: u }));
+  check(fresh.every((r) => r.ok), `a new thread of each of the ${users.length} users, with four pairs${sample(fresh, (r) => !r.ok)}`);
+  let complete = 0;
+  for (const u of users) {
+    const p = pairOfUser.get(u);
+    const [status, body] = await getJson(`/threads?userId=${encodeURIComponent(u)}&limit=100`, u);
+    const listed = new Set((body?.threads || []).map((t) => t.threadId));
+    const mine = [...held(p)].filter((t) => t.startsWith(`${u}-`));
+    if (status === 200 && listed.size === 4 && mine.length === 4 && mine.every((t) => listed.has(t))) complete++;
+  }
+  check(complete === users.length, `every user kept its pair (pinned by user): its new thread is there and one list holds all 4 (${complete} of ${users.length})`);
+  const again = await pool(earlyThreads, (a) => turn(userAgent(early, a.threadId), { text: "after the switch", userId: early }));
+  check(again.every((r) => r.ok), `the 9 threads started before routing by user go on, now with the header (pinned by thread)${sample(again, (r) => !r.ok)}`);
+  const home = [1, 2, 3].map((p) => [...held(p)].filter((t) => t.startsWith(`${early}-t`)).length);
+  const pair = home.indexOf(Math.max(...home)) + 1;
+  const newer = userAgent(early, `${early}-new-${randomUUID().slice(0, 8)}`);
+  const r = await turn(newer, { text: "a new thread after the switch", userId: early });
+  check(r.ok && held(pair).has(newer.threadId), `its new thread lands on its pinned pair ${pair} (which held ${home[pair - 1]} of its 9)`);
+  const [, body] = await getJson(`/threads?userId=${encodeURIComponent(early)}&limit=100`, early);
+  const listed = (body?.threads || []).map((t) => t.threadId).sort();
+  const there = [...held(pair)].filter((t) => t.startsWith(`${early}-`)).sort();
+  check(JSON.stringify(listed) === JSON.stringify(there), `its list through HAProxy holds the ${there.length} threads on that pair (the others are reached by id, not listed)`);
 }
 
 async function main() {
@@ -340,9 +381,9 @@ async function main() {
   const agents = Array.from({ length: N }, (_, i) => new HttpAgent({ url: `${PROXY}/`, threadId: `t${i}-${randomUUID()}` }));
   const owner = await phaseTraffic(agents);
   await phaseSameStream();
-  await phaseUsers();
+  const byUser = await phaseUsers();
   await phaseKill(agents, owner);
-  await phaseAddPair(agents, owner);
+  await phaseAddPair(agents, owner, byUser);
   check(warnings.length === 0, `@ag-ui/client printed no warning${warnings.length ? `: ${warnings[0]}` : ""}`);
 }
 
