@@ -85,13 +85,17 @@ fn generate(state: &Path) {
         write_at(&state.join(format!("history/{thread}.jsonl")), &log, at);
     }
     std::fs::write(&done, b"").unwrap();
-    eprintln!("[bench] generated {THREADS} threads in {:?}", started.elapsed());
+    eprintln!(
+        "[bench] generated {THREADS} threads in {:?}",
+        started.elapsed()
+    );
 }
 
 fn write_at(path: &Path, bytes: &[u8], ms: u64) {
     std::fs::write(path, bytes).unwrap();
     let f = std::fs::File::options().write(true).open(path).unwrap();
-    f.set_modified(UNIX_EPOCH + Duration::from_millis(ms)).unwrap();
+    f.set_modified(UNIX_EPOCH + Duration::from_millis(ms))
+        .unwrap();
 }
 
 /// A state file as the adapter writes it after `TURNS` turns, and a conversation log with its
@@ -176,7 +180,10 @@ fn start(bin: &Path, kernel: &str, state: &Path) -> Started {
         health: Duration::ZERO,
     };
     while !health_ok(port) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no /health within 30 s");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no /health within 30 s"
+        );
         std::thread::sleep(Duration::from_micros(250));
     }
     started.health = t0.elapsed();
@@ -190,7 +197,8 @@ fn health_ok(port: u16) -> bool {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let asked = s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    let asked =
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     let mut head = [0u8; 12];
     asked.is_ok() && s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
 }
@@ -259,7 +267,12 @@ fn measure(url: &str) -> (f64, f64, f64, Value) {
         body = serde_json::from_str(&text).unwrap();
     }
     times.sort_by(f64::total_cmp);
-    (percentile(&times, 0.5), percentile(&times, 0.99), times[times.len() - 1], body)
+    (
+        percentile(&times, 0.5),
+        percentile(&times, 0.99),
+        times[times.len() - 1],
+        body,
+    )
 }
 
 fn pages_section(out: &mut String, kernel: &FakeKernel, state: &Path) {
@@ -270,12 +283,27 @@ fn pages_section(out: &mut String, kernel: &FakeKernel, state: &Path) {
          | request | threads in the answer | p50 | p99 | max |\n|---|---|---|---|---|\n"
     ));
     let first = format!("{base}?userId=u-heavy");
-    let cursor = measure(&first).3["nextCursor"].as_str().unwrap().to_string();
+    let cursor = measure(&first).3["nextCursor"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let cases = [
-        ("first page, user with 1,000 threads (limit 20)", first.clone()),
-        ("first page, user with 1,000 threads, limit 100", format!("{first}&limit=100")),
-        ("first page, user with 100 threads (limit 20)", format!("{base}?userId=u-042")),
-        ("next page with its cursor (limit 20)", format!("{first}&cursor={cursor}")),
+        (
+            "first page, user with 1,000 threads (limit 20)",
+            first.clone(),
+        ),
+        (
+            "first page, user with 1,000 threads, limit 100",
+            format!("{first}&limit=100"),
+        ),
+        (
+            "first page, user with 100 threads (limit 20)",
+            format!("{base}?userId=u-042"),
+        ),
+        (
+            "next page with its cursor (limit 20)",
+            format!("{first}&cursor={cursor}"),
+        ),
     ];
     for (what, url) in cases {
         row(out, what, &url);
@@ -303,7 +331,11 @@ fn pages_section(out: &mut String, kernel: &FakeKernel, state: &Path) {
             })
         })
         .collect();
-    row(out, "first page (limit 20) while 4 clients run turns on its threads", &first);
+    row(
+        out,
+        "first page (limit 20) while 4 clients run turns on its threads",
+        &first,
+    );
     stop.store(true, Ordering::SeqCst);
     let turns: usize = busy.into_iter().map(|b| b.join().unwrap()).sum();
     out.push_str(&format!(
@@ -319,5 +351,7 @@ fn pages_section(out: &mut String, kernel: &FakeKernel, state: &Path) {
 fn row(out: &mut String, what: &str, url: &str) {
     let (p50, p99, max, body) = measure(url);
     let n = body["threads"].as_array().map_or(0, Vec::len);
-    out.push_str(&format!("| {what} | {n} | {p50:.2} ms | {p99:.2} ms | {max:.2} ms |\n"));
+    out.push_str(&format!(
+        "| {what} | {n} | {p50:.2} ms | {p99:.2} ms | {max:.2} ms |\n"
+    ));
 }

@@ -5,6 +5,7 @@ use crate::a2a::A2aClient;
 use crate::config::Config;
 use crate::error::Lang;
 use crate::feed::Feeds;
+use crate::history::History;
 use crate::projection::RunIds;
 use crate::store::{ActiveRun, Store};
 use crate::stream::{Heartbeats, SseStream};
@@ -20,6 +21,8 @@ pub struct App {
     pub heartbeats: Heartbeats,
     /// Replay buffers of the runs (exact resume, join, detach grace).
     pub feeds: Feeds,
+    /// The kept conversations (`<state-dir>/history/`).
+    pub history: History,
     pub runs: Runs,
 }
 

@@ -268,8 +268,15 @@ impl Feed {
     }
 
     /// Attaches an observer: an exact resume when `last_event_id` is a position still held,
-    /// else a join. The observer counts as a watcher until [`Feed::unwatch`].
-    pub(crate) fn attach(&self, last_event_id: Option<&str>) -> Start {
+    /// else a join, whose snapshot starts with the thread's kept conversation (`past`; the
+    /// newest `limit` messages when given). The observer counts as a watcher until
+    /// [`Feed::unwatch`].
+    pub(crate) fn attach(
+        &self,
+        last_event_id: Option<&str>,
+        past: &[Value],
+        limit: Option<usize>,
+    ) -> Start {
         let mut st = self.state.lock();
         st.watchers += 1;
         let held = last_event_id.and_then(cursor::parse).filter(|(tag, seq)| {
@@ -290,7 +297,7 @@ impl Feed {
         let Some(fold) = st.fold.as_ref() else {
             return Start::Kernel;
         };
-        let events = fold.prelude(crate::ids::now_ms());
+        let events = fold.prelude(crate::ids::now_ms(), past, limit);
         let at = st.folded;
         let mut body = Vec::new();
         for (k, ev) in events.iter().enumerate() {
@@ -401,7 +408,7 @@ mod tests {
 
     /// The events of a join of `feed`.
     fn join_events(feed: &Feed) -> Vec<Value> {
-        let Start::Join(body, _, _) = feed.attach(None) else {
+        let Start::Join(body, _, _) = feed.attach(None, &[], None) else {
             panic!("a join")
         };
         String::from_utf8_lossy(&body)
@@ -425,7 +432,7 @@ mod tests {
         let ids = ids_of(&first);
         let more = feed
             .push(&[json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})]);
-        let Start::Exact(mut after) = feed.attach(Some(&ids[0])) else {
+        let Start::Exact(mut after) = feed.attach(Some(&ids[0]), &[], None) else {
             panic!("the cursor is held")
         };
         let Next::Frames(body, 1) = feed.next(&mut after, Duration::ZERO) else {
@@ -435,7 +442,7 @@ mod tests {
         // Another execution's cursor, garbage, or none: a join opening with RUN_STARTED.
         let other = cursor::format(&cursor::tag("exec-2"), 1, None);
         for c in [Some(other.as_str()), Some("x.y.1"), None] {
-            let Start::Join(body, n, _) = feed.attach(c) else {
+            let Start::Join(body, n, _) = feed.attach(c, &[], None) else {
                 panic!("a join")
             };
             assert!(String::from_utf8_lossy(&body).contains("RUN_STARTED"));
@@ -446,7 +453,10 @@ mod tests {
                 json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "0123456789"}),
             ]);
         }
-        assert!(matches!(feed.attach(Some(&ids[0])), Start::Join(..)));
+        assert!(matches!(
+            feed.attach(Some(&ids[0]), &[], None),
+            Start::Join(..)
+        ));
         let mut stale = after;
         assert!(matches!(
             feed.next(&mut stale, Duration::ZERO),
@@ -470,12 +480,12 @@ mod tests {
             feed.push(&[json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta})]);
         }
         // 2,000 bytes of text: the fold still answers a join.
-        assert!(matches!(feed.attach(None), Start::Join(..)));
+        assert!(matches!(feed.attach(None, &[], None), Start::Join(..)));
         for _ in 0..1000 {
             feed.push(&[json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta})]);
         }
         // 100 KB of text: the fold is gone, a join asks the kernel, and what is held is the ring.
-        assert!(matches!(feed.attach(None), Start::Kernel));
+        assert!(matches!(feed.attach(None, &[], None), Start::Kernel));
         let (count, bytes) = feeds.held();
         assert_eq!(count, 1);
         assert!(bytes <= cap, "{bytes} bytes held for a cap of {cap}");

@@ -1,6 +1,7 @@
 //! The relay's hot path without sockets: an upstream SSE byte stream in, the client's SSE frames
 //! out, through the same reader, JSON-RPC parsing, projection, replay buffer (numbering, ring,
-//! fold) and chunked stream writer a run uses: each step calls the functions `run::Run::relay`
+//! fold), kept conversation (a log under the temporary directory) and chunked stream writer a
+//! run uses: each step calls the functions `run::Run::relay`
 //! and `Run::flush` call (`run::project_next`, `run::write_events`), the stream writing to
 //! `io::sink()`. Only benches use it (benches/frames/main.rs), so the per-event cost they report
 //! is the cost of exactly this code.
@@ -8,6 +9,7 @@
 use crate::a2a::A2aStream;
 use crate::error::{Error, Lang};
 use crate::feed::{Feed, Feeds};
+use crate::history::{History, Recorder};
 use crate::projection::{End, Events, Projection, RunIds};
 use crate::run;
 use crate::stream::SseStream;
@@ -20,6 +22,7 @@ pub struct Relay<R: std::io::Read> {
     out: Events,
     _feeds: Feeds,
     feed: Arc<Feed>,
+    turn: Recorder,
     stream: Arc<SseStream>,
     /// The client's bytes of the last step (SSE frames, before chunking).
     pub body: Vec<u8>,
@@ -31,12 +34,16 @@ impl<R: std::io::Read> Relay<R> {
         let feeds = Feeds::start(256 * 1024, std::time::Duration::ZERO);
         let feed = feeds.open(&ids.execution_id);
         let stream = SseStream::start(Box::new(std::io::sink())).expect("a sink takes the head");
+        let dir =
+            std::env::temp_dir().join(format!("iac-code-agui-hotpath-{}", std::process::id()));
+        let turn = Recorder::new(&History::new(&dir, 1000), &ids.thread_id);
         Relay {
             upstream: A2aStream::new(upstream),
             proj: Projection::new(ids, Lang::En).with_clock(|| 1),
             out: Events::default(),
             _feeds: feeds,
             feed,
+            turn,
             stream,
             body: Vec::new(),
         }
@@ -52,7 +59,13 @@ impl<R: std::io::Read> Relay<R> {
             self.proj.finish(&end, &mut self.out);
         }
         let n = self.out.len();
-        run::write_events(&self.feed, &self.stream, &mut self.out, &mut self.body);
+        run::write_events(
+            &self.feed,
+            &self.stream,
+            &mut self.out,
+            &mut self.body,
+            &mut self.turn,
+        );
         Ok(Some(n))
     }
 

@@ -22,6 +22,7 @@
 //! | [`kernel`] | supervision of a managed `iac-code a2a` |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | [`feed`] | replay buffers: SSE cursors kept per execution, exact resume, join, detach grace |
+//! | [`history`] | the kept conversations: per-thread append-only logs of AG-UI messages, join snapshots, history pages |
 //! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
 //! | [`stream`] | the client's SSE response and the heartbeat thread |
 //! | [`a2a`] | the JSON-RPC client, the typed view of a streamed frame, the `metadata.iac_code` keys |
@@ -70,6 +71,7 @@ pub mod config;
 pub mod error;
 pub(crate) mod events;
 pub mod feed;
+pub mod history;
 
 pub(crate) mod code;
 #[doc(hidden)]

@@ -6,6 +6,7 @@ use iac_code_agui::a2a::A2aClient;
 use iac_code_agui::app::{App, Runs};
 use iac_code_agui::config::{usage, Command, Config, LogFormat};
 use iac_code_agui::feed::Feeds;
+use iac_code_agui::history::History;
 use iac_code_agui::http;
 use iac_code_agui::kernel::Kernel;
 use iac_code_agui::logctx;
@@ -260,6 +261,7 @@ fn build_app(config: Config, kernel: &Upstream) -> Arc<App> {
         store: Store::new(config.state_dir.clone()),
         heartbeats: Heartbeats::start(config.heartbeat),
         feeds: Feeds::start(config.replay_buffer_bytes, config.detach_grace),
+        history: History::new(&config.state_dir, config.history_max_messages),
         runs: Runs::default(),
         config,
     });

@@ -19,7 +19,7 @@ use crate::a2a::frame::TaskState;
 use crate::app::App;
 use crate::error::{Error, Lang, Msg};
 use crate::feed::{Feed, Next, Start};
-use crate::ids;
+use crate::history;
 use crate::interrupts;
 use crate::projection::{Durable, End, Projection, RunIds};
 use crate::run::{durable_of, run_ids};
@@ -35,10 +35,17 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(20);
 
 /// The body keys the reference's subscribe route accepts (`afterSequence` is accepted, unused).
-const SUBSCRIBE_FIELDS: &[&str] = &["threadId", "runId", "rosInvocationId", "afterSequence"];
+/// `historyLimit` (ours): the join's snapshot holds the newest N messages only.
+const SUBSCRIBE_FIELDS: &[&str] = &[
+    "threadId",
+    "runId",
+    "rosInvocationId",
+    "afterSequence",
+    "historyLimit",
+];
 
 /// A thread as the store and the thread's slot show it right now.
-struct Snapshot {
+pub(crate) struct Snapshot {
     doc: ThreadDoc,
     active: Option<Arc<ActiveRun>>,
 }
@@ -83,8 +90,32 @@ fn pending_interrupts(doc: &ThreadDoc, lang: Lang) -> Vec<Value> {
     })
 }
 
+/// Who asks about a thread: a query's `rosInvocationId` and `userId`, decoded (`None` when
+/// absent or empty).
+pub(crate) struct Identity {
+    pub(crate) ros: Option<String>,
+    pub(crate) user: Option<String>,
+}
+
+/// The thread, when `who` may see it: the current execution's `rosInvocationId`, or the bound
+/// `userId`. An unknown thread and a wrong identity are the same 404.
+pub(crate) fn identified(app: &App, thread_id: &str, who: &Identity) -> Result<Snapshot, Error> {
+    if who.ros.is_none() && who.user.is_none() {
+        return Err(Msg::LookupNeedsIdentity.err());
+    }
+    let snap = look(app, thread_id)?.ok_or_else(thread_not_found)?;
+    let exec = snap.doc.execution.as_ref();
+    let by_ros = who.ros.is_some() && exec.map(|e| &e.ros_invocation_id) == who.ros.as_ref();
+    let by_user = who.user.is_some() && snap.doc.user_id.is_some() && snap.doc.user_id == who.user;
+    if !by_ros && !by_user {
+        return Err(thread_not_found());
+    }
+    Ok(snap)
+}
+
 /// `GET /extensions/iac-code/v1/threads/{threadId}?rosInvocationId=…|userId=…`, its query's
-/// identities already decoded (`None` when absent or empty).
+/// identities already decoded (`None` when absent or empty). An idle thread names its newest
+/// execution and run too: a join of them answers the kept conversation.
 pub(crate) fn thread_status(
     app: &App,
     thread_id: &str,
@@ -92,16 +123,8 @@ pub(crate) fn thread_status(
     user: Option<String>,
     lang: Lang,
 ) -> Result<Value, Error> {
-    if ros.is_none() && user.is_none() {
-        return Err(Msg::LookupNeedsIdentity.err());
-    }
-    let Snapshot { doc, active } = look(app, thread_id)?.ok_or_else(thread_not_found)?;
+    let Snapshot { doc, active } = identified(app, thread_id, &Identity { ros, user })?;
     let exec = doc.execution.as_ref();
-    let by_ros = ros.is_some() && exec.map(|e| &e.ros_invocation_id) == ros.as_ref();
-    let by_user = user.is_some() && doc.user_id.is_some() && doc.user_id == user;
-    if !by_ros && !by_user {
-        return Err(thread_not_found());
-    }
     let mut out = json!({"threadId": doc.thread_id, "state": "idle", "interrupts": []});
     let Some(exec) = exec else {
         return Ok(out);
@@ -120,10 +143,8 @@ pub(crate) fn thread_status(
         None => "idle",
     };
     out["state"] = json!(state);
-    if state != "idle" {
-        if let Some(run) = doc.run_digests.newest() {
-            out["runId"] = json!(run);
-        }
+    if let Some(run) = doc.run_digests.newest() {
+        out["runId"] = json!(run);
     }
     Ok(out)
 }
@@ -142,6 +163,12 @@ pub(crate) struct Observer {
     /// A local run whose fold outgrew its cap, joined from the kernel: this observer still
     /// counts as its watcher (the detach grace) until it is dropped.
     _watching: Option<Watching>,
+    /// The thread's kept conversation, the start of a join's snapshot (read before the feed
+    /// was attached, so this turn's part is the feed's or the kernel's).
+    past: Vec<Value>,
+    history_limit: Option<usize>,
+    /// The execution ended: the join is the kept conversation alone.
+    idle: bool,
 }
 
 /// Holds a run's feed watched; leaving it (however the observer ends) is the unwatch.
@@ -160,25 +187,38 @@ fn required(body: &Value, key: &str) -> Option<String> {
         .map(String::from)
 }
 
-/// The identity a subscribe request presents: its body's three keys.
+/// The identity a subscribe request presents: its body's three keys, and the newest messages
+/// its snapshot should hold (`historyLimit`, body or query).
 struct Subscribe {
     thread_id: String,
     run_id: String,
     ros_invocation_id: String,
+    history_limit: Option<usize>,
+}
+
+/// A subscribe request: its body, its `Last-Event-ID`, its query's `historyLimit`.
+pub(crate) struct Asked<'a> {
+    pub(crate) body: &'a [u8],
+    pub(crate) last_event_id: Option<&'a str>,
+    pub(crate) history_limit: Option<&'a str>,
 }
 
 /// Checks a subscribe request against the thread (the reference's rules) before any byte of
-/// the stream: 400 for a bad body, 404 without a current execution with a task, 409 when the
-/// execution, `rosInvocationId` or `runId` is not the thread's current one.
+/// the stream: 400 for a bad body, 404 without a current execution, 409 when the execution,
+/// `rosInvocationId` or `runId` is not the thread's current one. An ended execution is joined
+/// with the kept conversation alone.
 pub(crate) fn admit_observer(
     app: &App,
     execution_id: &str,
-    body: &[u8],
-    last_event_id: Option<&str>,
+    asked: Asked<'_>,
     lang: Lang,
 ) -> Result<Observer, Error> {
-    let sub = subscribe_body(body)?;
+    let mut sub = subscribe_body(asked.body)?;
+    if let Some(q) = asked.history_limit {
+        sub.history_limit = Some(q.parse().map_err(|_| Msg::ObserveIdentityInvalid.err())?);
+    }
     let (snap, exec) = current_execution(app, execution_id, &sub)?;
+    let past = app.history.messages(&sub.thread_id);
     let ids = run_ids(
         &snap.doc,
         &exec.execution_id,
@@ -189,12 +229,15 @@ pub(crate) fn admit_observer(
     let mut watching = None;
     if let Some(feed) = app.feeds.get(execution_id) {
         // Exactly what this process sent: no kernel call, the same ids and text.
-        match feed.attach(last_event_id) {
+        match feed.attach(asked.last_event_id, &past, sub.history_limit) {
             Start::Kernel => watching = Some(Watching(feed)),
             start => return Ok(Observer::local(feed, start, ids, lang)),
         }
     }
-    kernel_observer(snap, exec, ids, lang, watching)
+    let mut obs = kernel_observer(snap, exec, ids, lang, watching)?;
+    obs.past = past;
+    obs.history_limit = sub.history_limit;
+    Ok(obs)
 }
 
 /// The subscribe body: exactly the reference's keys, the three identities non-empty strings.
@@ -205,6 +248,10 @@ fn subscribe_body(body: &[u8]) -> Result<Subscribe, Error> {
     if obj.keys().any(|k| !SUBSCRIBE_FIELDS.contains(&k.as_str())) {
         return Err(bad());
     }
+    let history_limit = match v.get("historyLimit") {
+        None => None,
+        Some(n) => Some(n.as_u64().ok_or_else(bad)? as usize),
+    };
     match (
         required(&v, "threadId"),
         required(&v, "runId"),
@@ -214,6 +261,7 @@ fn subscribe_body(body: &[u8]) -> Result<Subscribe, Error> {
             thread_id,
             run_id,
             ros_invocation_id,
+            history_limit,
         }),
         _ => Err(bad()),
     }
@@ -259,8 +307,12 @@ fn kernel_observer(
     let task_id = match (&live, &exec.task_id) {
         (Some(a), _) => wait_for_task(a).ok_or_else(not_found)?,
         (None, Some(t)) if waiting.is_some() || left_running => t.clone(),
-        // Ended (or never started upstream): nothing to observe, as in the reference.
-        _ => return Err(not_found()),
+        // Ended (or never started upstream): nothing runs; the join is the conversation.
+        _ => {
+            let mut obs = Observer::local_less(ids, lang);
+            obs.idle = true;
+            return Ok(obs);
+        }
     };
     // Nothing is trimmed as sent by an earlier run: this client's text so far is the catch-up,
     // taken from the kernel's task itself.
@@ -268,16 +320,13 @@ fn kernel_observer(
         text_digests: Default::default(),
         ..durable_of(&exec)
     };
-    Ok(Observer {
-        local: None,
-        ids,
-        lang,
-        task_id,
-        session_id: doc.iac_code_session_id.clone(),
-        durable,
-        waiting,
-        _watching: watching,
-    })
+    let mut obs = Observer::local_less(ids, lang);
+    obs.task_id = task_id;
+    obs.session_id = doc.iac_code_session_id.clone();
+    obs.durable = durable;
+    obs.waiting = waiting;
+    obs._watching = watching;
+    Ok(obs)
 }
 
 /// The task id of a run that has just started (bounded wait).
@@ -297,8 +346,15 @@ fn wait_for_task(active: &ActiveRun) -> Option<String> {
 impl Observer {
     /// An observer of a run this process streams: its replay buffer answers, from `start`.
     fn local(feed: Arc<Feed>, start: Start, ids: RunIds, lang: Lang) -> Observer {
+        let mut obs = Observer::local_less(ids, lang);
+        obs.local = Some((feed, start));
+        obs
+    }
+
+    /// An observer with nothing attached yet.
+    fn local_less(ids: RunIds, lang: Lang) -> Observer {
         Observer {
-            local: Some((feed, start)),
+            local: None,
             ids,
             lang,
             task_id: String::new(),
@@ -306,7 +362,15 @@ impl Observer {
             durable: Durable::default(),
             waiting: None,
             _watching: None,
+            past: Vec::new(),
+            history_limit: None,
+            idle: false,
         }
+    }
+
+    /// The join's `MESSAGES_SNAPSHOT` (`history::join_snapshot`).
+    fn snapshot(&self, task: Option<&Value>) -> Value {
+        history::join_snapshot(&self.past, task, self.history_limit)
     }
 
     /// Which answer this is (`X-AGUI-Resume`): `exact` (the events after the client's cursor)
@@ -334,6 +398,16 @@ pub(crate) fn observe(app: &App, mut obs: Observer, stream: &SseStream) {
         feed.unwatch();
         return;
     }
+    if obs.idle {
+        let mut proj = Projection::new(obs.ids.clone(), obs.lang);
+        let mut out = Vec::new();
+        proj.start(&mut out);
+        out.push(obs.snapshot(None));
+        proj.finish(&End::Success, &mut out);
+        stream.send(&out);
+        stream.finish();
+        return;
+    }
     let mut proj = Projection::new(obs.ids.clone(), obs.lang).resuming(
         &obs.task_id,
         obs.session_id.as_deref(),
@@ -343,9 +417,8 @@ pub(crate) fn observe(app: &App, mut obs: Observer, stream: &SseStream) {
     proj.start(&mut out);
     let finish = match &obs.waiting {
         Some(interrupts) => {
-            if let Ok(Some(task)) = app.a2a.get_task(&obs.task_id) {
-                out.extend(catch_up(&task));
-            }
+            let task = app.a2a.get_task(&obs.task_id).ok().flatten();
+            out.push(obs.snapshot(task.as_ref()));
             End::Interrupt(interrupts.clone())
         }
         None => {
@@ -421,9 +494,12 @@ fn follow(app: &App, obs: &Observer, proj: &mut Projection, stream: &SseStream) 
         let item = if first && item.get("task").is_some() {
             // The task as it is now: its text so far is the catch-up; the projection then
             // only sees what follows.
-            out.extend(catch_up(&item["task"]));
+            out.push(obs.snapshot(Some(&item["task"])));
             without_text(item)
         } else {
+            if first {
+                out.push(obs.snapshot(None));
+            }
             item
         };
         first = false;
@@ -507,69 +583,9 @@ fn settled(app: &App, obs: &Observer) -> End {
     }
 }
 
-/// The turn so far as one `MESSAGES_SNAPSHOT`: the task's user message and the agent text
-/// already streamed (its history, then its status message), consecutive parts of one message
-/// joined. Empty when the task has no text yet.
-pub(crate) fn catch_up(task: &Value) -> Option<Value> {
-    let history = task.get("history").and_then(Value::as_array);
-    let status = task.pointer("/status/message");
-    let mut messages: Vec<Value> = Vec::new();
-    for m in history.into_iter().flatten().chain(status) {
-        let role = match m.get("role").and_then(Value::as_str).unwrap_or("") {
-            "ROLE_USER" | "user" => "user",
-            "ROLE_AGENT" | "agent" => "assistant",
-            _ => continue,
-        };
-        let text: String = m
-            .get("parts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect();
-        if text.is_empty() {
-            continue;
-        }
-        let id = m
-            .get("messageId")
-            .and_then(Value::as_str)
-            .unwrap_or("history")
-            .to_string();
-        match messages.last_mut() {
-            Some(last) if last["id"] == id.as_str() && last["role"] == role => {
-                let joined = format!("{}{text}", last["content"].as_str().unwrap_or(""));
-                last["content"] = json!(joined);
-            }
-            _ => messages.push(json!({"id": id, "role": role, "content": text})),
-        }
-    }
-    (!messages.is_empty()).then(
-        || json!({"type": "MESSAGES_SNAPSHOT", "timestamp": ids::now_ms(), "messages": messages}),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_catch_up_joins_the_parts_of_each_streamed_message() {
-        let task = json!({"history": [
-            {"messageId": "u1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
-            {"messageId": "t-message", "role": "ROLE_AGENT", "parts": [{"text": "Here "}]},
-            {"messageId": "t-message", "role": "ROLE_AGENT", "parts": [{"text": "is "}]},
-            {"messageId": "t-message", "role": "ROLE_AGENT", "parts": []}],
-            "status": {"state": "TASK_STATE_WORKING",
-                "message": {"messageId": "t-message", "role": "ROLE_AGENT", "parts": [{"text": "a VPC"}]}}});
-        let snap = catch_up(&task).unwrap();
-        assert_eq!(snap["type"], "MESSAGES_SNAPSHOT");
-        assert_eq!(
-            snap["messages"],
-            json!([{"id": "u1", "role": "user", "content": "hi"},
-                   {"id": "t-message", "role": "assistant", "content": "Here is a VPC"}])
-        );
-        assert!(catch_up(&json!({"status": {"state": "TASK_STATE_WORKING"}})).is_none());
-    }
 
     #[test]
     fn the_first_task_item_reaches_the_projection_without_its_text() {

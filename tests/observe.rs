@@ -156,7 +156,8 @@ fn the_thread_lookup_needs_the_bound_identity_and_says_nothing_otherwise() {
     assert_eq!(v["state"], "idle");
     assert_eq!(v["interrupts"], json!([]));
     assert!(v["executionId"].is_string());
-    assert!(v.get("runId").is_none());
+    // An idle thread names its newest run too: a join of it answers the kept conversation.
+    assert_eq!(v["runId"], "r1");
 }
 
 #[test]
@@ -253,7 +254,7 @@ fn subscribe_refuses_bad_bodies_unknown_threads_and_changed_identities() {
     let mut with_seq = good.clone();
     with_seq["afterSequence"] = json!(3);
     assert_eq!(subscribe(&a, &exec, &with_seq).status, 200);
-    // A finished execution has nothing left to observe.
+    // A finished execution is joined with the kept conversation alone (tests/conversations.rs).
     let resume = a.resume_request(
         "t-sub-id",
         "r2",
@@ -262,7 +263,12 @@ fn subscribe_refuses_bad_bodies_unknown_threads_and_changed_identities() {
     assert_eq!(a.run(&resume).status, 200);
     let mut after = good.clone();
     after["runId"] = json!("r2");
-    assert_eq!(subscribe(&a, &exec, &after).status, 404);
+    let idle = subscribe(&a, &exec, &after);
+    assert_eq!(idle.status, 200);
+    assert_eq!(
+        idle.types(),
+        ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    );
 }
 
 #[test]

@@ -345,6 +345,21 @@ pub(crate) const DEFS: &[Def] = &[
         },
     },
     Def {
+        name: "history-max-messages",
+        short: None,
+        negated: None,
+        takes: Takes::One("N"),
+        given_by: Sources::All,
+        default: Fallback::Value("1000"),
+        origin: Origin::Ours,
+        help: "messages of a conversation kept per thread in <state-dir>/history/ (the oldest \
+               turns dropped beyond it; 0 keeps none)",
+        set: |c, v| {
+            c.history_max_messages = v.number()?;
+            Ok(())
+        },
+    },
+    Def {
         name: "pair-mode",
         short: None,
         negated: None,

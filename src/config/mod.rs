@@ -82,6 +82,8 @@ pub struct Config {
     pub detach_grace: Duration,
     /// Bytes of recent events kept per execution for an exact resume (`Last-Event-ID`).
     pub replay_buffer_bytes: usize,
+    /// Messages kept per thread's conversation (0: none).
+    pub history_max_messages: usize,
 }
 
 /// `--log-format`: env_logger's text lines, or one JSON object a line with the run's ids as fields.

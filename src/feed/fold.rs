@@ -203,8 +203,10 @@ impl Fold {
         }
     }
 
-    /// The join's prelude: the events that bring a fresh client to where the run is now.
-    pub(super) fn prelude(&self, now_ms: u64) -> Vec<Value> {
+    /// The join's prelude: the events that bring a fresh client to where the run is now; its
+    /// snapshot is the thread's kept conversation (`past`, oldest first) with this turn's closed
+    /// messages taking the place of its records there, the newest `limit` only when given.
+    pub(super) fn prelude(&self, now_ms: u64, past: &[Value], limit: Option<usize>) -> Vec<Value> {
         let stamp = |mut ev: Value| {
             ev["timestamp"] = json!(now_ms);
             ev
@@ -216,7 +218,7 @@ impl Fold {
         out.extend(self.customs.iter().map(|(_, ev)| ev.clone()));
         out.push(
             json!({"type": EventType::MessagesSnapshot, "timestamp": now_ms,
-            "messages": self.closed_messages()}),
+            "messages": self.with_past(past, limit)}),
         );
         out.extend(self.activities.iter().map(|(_, ev)| stamp(ev.clone())));
         for step in &self.steps {
@@ -233,6 +235,33 @@ impl Fold {
             reopen(item, now_ms, &mut out);
         }
         out
+    }
+
+    /// `past` without what this turn holds (open or closed: an open span is re-opened after the
+    /// snapshot), then this turn's closed messages; the newest `limit` when given.
+    fn with_past(&self, past: &[Value], limit: Option<usize>) -> Vec<Value> {
+        let mut known: Vec<&str> = self.user.iter().filter_map(|u| u["id"].as_str()).collect();
+        known.extend(self.activities.iter().map(|(id, _)| id.as_str()));
+        for item in &self.items {
+            match item {
+                Item::Text { id, .. } | Item::Reasoning { id, .. } => known.push(id),
+                Item::Tool { id, parent, .. } => {
+                    known.push(id);
+                    known.extend(parent.as_deref());
+                }
+                Item::Result(ev) => known.extend(ev["messageId"].as_str()),
+            }
+        }
+        let mut msgs: Vec<Value> = past
+            .iter()
+            .filter(|m| !m["id"].as_str().is_some_and(|id| known.contains(&id)))
+            .cloned()
+            .collect();
+        msgs.extend(self.closed_messages());
+        if let Some(n) = limit {
+            msgs.drain(..msgs.len().saturating_sub(n));
+        }
+        msgs
     }
 
     /// Every message that is closed, as AG-UI messages (tool calls on their parent message).
@@ -260,7 +289,8 @@ impl Fold {
                 } => {
                     let call = json!({"id": id, "type": "function",
                         "function": {"name": name, "arguments": args.text()}});
-                    let owner = parent.clone().unwrap_or_else(|| format!("tool-call-{id}"));
+                    // The client's rule: without a parent, the call's own id names its message.
+                    let owner = parent.clone().unwrap_or_else(|| id.clone());
                     let found = msgs
                         .iter_mut()
                         .rev()
@@ -378,7 +408,7 @@ mod tests {
         ] {
             f.apply(&ev);
         }
-        let p = f.prelude(7);
+        let p = f.prelude(7, &[], None);
         assert_eq!(
             types(&p),
             [

@@ -115,6 +115,18 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
     if let Route::Threads = route {
         return thread_list(app, req.url()).map_err(refuse);
     }
+    if let Route::Messages(id) = &route {
+        let query = req.url().split_once('?').map_or("", |(_, q)| q);
+        let who = observe::Identity {
+            ros: query_param(query, "rosInvocationId"),
+            user: query_param(query, "userId"),
+        };
+        let limit = query_param(query, "limit");
+        let before = query_param(query, "before");
+        return history_page(app, id, who, limit.as_deref(), before.as_deref())
+            .map(Next::Json)
+            .map_err(refuse);
+    }
     check_json_content_type(req).map_err(refuse)?;
     let limit = match route {
         Route::Run => MAX_BODY_BYTES,
@@ -136,6 +148,21 @@ fn thread_list(app: &App, url: &str) -> Result<Next, Error> {
     app.store
         .list_threads(&user, limit, cursor.as_deref())
         .map(Next::Json)
+}
+
+/// `GET /extensions/iac-code/v1/threads/{threadId}/messages?limit=N&before=C`: one page of the
+/// kept conversation, under the thread lookup's identity rules (checked before the query, so a
+/// bad cursor on a thread the caller may not see is the same 404).
+fn history_page(
+    app: &App,
+    thread_id: &str,
+    who: observe::Identity,
+    limit: Option<&str>,
+    before: Option<&str>,
+) -> Result<serde_json::Value, Error> {
+    observe::identified(app, thread_id, &who)?;
+    let limit = crate::history::page_limit(limit)?;
+    app.history.page(thread_id, limit, before)
 }
 
 /// `GET /health`: the adapter, its protocol and its version.
@@ -170,14 +197,25 @@ fn with_body(
         .map(Next::Json)
         .map_err(refuse),
         Route::Subscribe(id) => {
-            observe::admit_observer(app, &id, &body, header(req, "Last-Event-ID"), header_lang)
+            let query = req.url().split_once('?').map_or("", |(_, q)| q);
+            let history_limit = query_param(query, "historyLimit");
+            let cursor = header(req, "Last-Event-ID");
+            let asked = observe::Asked {
+                body: &body,
+                last_event_id: cursor,
+                history_limit: history_limit.as_deref(),
+            };
+            observe::admit_observer(app, &id, asked, header_lang)
                 .map(|o| Next::Observe(Box::new(o)))
                 .map_err(refuse)
         }
         Route::Run => admit_run(app, req, body, accept_language),
-        Route::Health | Route::Metrics | Route::Thread(_) | Route::Threads | Route::Unknown => {
-            Err(refuse(Msg::Internal.err()))
-        }
+        Route::Health
+        | Route::Metrics
+        | Route::Thread(_)
+        | Route::Threads
+        | Route::Messages(_)
+        | Route::Unknown => Err(refuse(Msg::Internal.err())),
     }
 }
 

@@ -19,6 +19,8 @@ pub(super) enum Route {
     Thread(String),
     /// The thread list (a user's threads).
     Threads,
+    /// A thread's kept conversation, page by page; the id percent-decoded.
+    Messages(String),
     Unknown,
 }
 
@@ -38,17 +40,25 @@ impl Route {
                         .filter(|id| !id.is_empty() && !id.contains('/'))
                         .map(String::from)
                 };
-                let thread = p
-                    .strip_prefix(THREADS_PREFIX)
-                    .filter(|id| !id.is_empty() && !id.contains('/'))
-                    .and_then(percent_decode)
-                    .filter(|id| !id.is_empty());
+                let thread_id = |rest: &str| {
+                    Some(rest)
+                        .filter(|id| !id.is_empty() && !id.contains('/'))
+                        .and_then(percent_decode)
+                        .filter(|id| !id.is_empty())
+                };
+                let in_threads = p.strip_prefix(THREADS_PREFIX);
+                let thread = in_threads.and_then(thread_id);
+                let messages = in_threads
+                    .and_then(|rest| rest.strip_suffix("/messages"))
+                    .and_then(thread_id);
                 if let Some(id) = execution("/cancel") {
                     Route::Cancel(id)
                 } else if let Some(id) = execution("/subscribe") {
                     Route::Subscribe(id)
                 } else if let Some(id) = thread {
                     Route::Thread(id)
+                } else if let Some(id) = messages {
+                    Route::Messages(id)
                 } else {
                     Route::Unknown
                 }
@@ -66,6 +76,7 @@ impl Route {
             Route::Subscribe(_) => "/extensions/iac-code/v1/executions/{id}/subscribe",
             Route::Thread(_) => "/extensions/iac-code/v1/threads/{threadId}",
             Route::Threads => THREADS,
+            Route::Messages(_) => "/extensions/iac-code/v1/threads/{threadId}/messages",
             Route::Unknown => "(no route)",
         }
     }
@@ -75,7 +86,7 @@ pub(super) fn check_method(route: &Route, method: &Method, path: &str) -> Result
     let allowed = match (route, method) {
         (Route::Health | Route::Metrics, Method::Get | Method::Head) => true,
         (Route::Run | Route::Cancel(_) | Route::Subscribe(_), Method::Post) => true,
-        (Route::Thread(_) | Route::Threads, Method::Get) => true,
+        (Route::Thread(_) | Route::Threads | Route::Messages(_), Method::Get) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
             return Err(Msg::NoRoute.with(&[&shown]));
@@ -120,6 +131,9 @@ mod tests {
         );
         assert!(
             matches!(Route::of("/extensions/iac-code/v1/threads/t%201"), Route::Thread(id) if id == "t 1")
+        );
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/threads/t%2F1/messages"), Route::Messages(id) if id == "t/1")
         );
         for p in [
             "/extensions/iac-code/v1/threads/",

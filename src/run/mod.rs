@@ -31,6 +31,7 @@ use crate::a2a::{self, A2aStream, Turn};
 use crate::app::{App, LiveRun};
 use crate::error::{Code, Error, Lang, Msg};
 use crate::feed::Feed;
+use crate::history::Recorder;
 use crate::ids;
 use crate::input::{RunInput, UserMessage};
 use crate::interrupts;
@@ -134,6 +135,8 @@ struct Run<'a> {
     guard: ActiveGuard,
     /// This run's replay buffer: every event goes through it, numbered, before its client.
     feed: Arc<Feed>,
+    /// The thread's kept conversation, fed with every event the run writes.
+    turn: Recorder,
 }
 
 impl<'a> Run<'a> {
@@ -152,6 +155,7 @@ impl<'a> Run<'a> {
                 proj = proj.resuming(task, a.doc.iac_code_session_id.as_deref(), durable);
             }
         }
+        let turn = Recorder::new(&app.history, &live.ids.thread_id);
         let lang_tag =
             (a.input.iac.preferred_language.clone()).unwrap_or_else(|| a.lang.tag().to_string());
         let run = Run {
@@ -169,6 +173,7 @@ impl<'a> Run<'a> {
             live,
             guard: a.guard,
             feed,
+            turn,
         };
         (run, a.mode)
     }
@@ -261,6 +266,7 @@ impl<'a> Run<'a> {
             Turn::New,
         );
         let body = a2a::streaming_body(&message);
+        (self.app.history).user(&self.input.thread_id, &id, &message["parts"]);
         self.feed.set_user(user_message_json(&id, &mut message));
         drop(message);
         self.cancel_on_disconnect();
@@ -488,7 +494,13 @@ impl<'a> Run<'a> {
     /// Writes the projected events (replay buffer, then client); `false` once the client is gone
     /// and the run should stop (always `true` with a detach grace: the grace decides).
     fn flush(&mut self) -> bool {
-        let ok = write_events(&self.feed, &self.stream, &mut self.out, &mut self.frames);
+        let ok = write_events(
+            &self.feed,
+            &self.stream,
+            &mut self.out,
+            &mut self.frames,
+            &mut self.turn,
+        );
         ok || !self.app.config.detach_grace.is_zero()
     }
 
@@ -515,7 +527,10 @@ impl<'a> Run<'a> {
             .expect("admitted runs have an execution")
     }
 
-    fn save(&self) -> Result<(), Error> {
+    /// Saves the thread's document; the conversation is made durable at the same points.
+    fn save(&mut self) -> Result<(), Error> {
+        self.turn.checkpoint();
+        self.app.history.sync(&self.input.thread_id);
         self.guard.save(&self.doc)
     }
 

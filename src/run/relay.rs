@@ -4,6 +4,7 @@
 use crate::a2a;
 use crate::error::Error;
 use crate::feed::Feed;
+use crate::history::Recorder;
 use crate::projection::{End, Events, Projection};
 use crate::stream::SseStream;
 
@@ -23,15 +24,22 @@ pub(crate) fn project_next(
 }
 
 /// The relay's pure part, its writing: the events in `out` numbered and framed by the replay
-/// buffer (into `frames`, reused), then sent to the client; `out` is left empty. `false` once the
-/// client is gone. The frames bench runs this very function (`hotpath`).
+/// buffer (into `frames`, reused), the messages they close kept in the thread's conversation,
+/// then sent to the client; `out` is left empty. `false` once the client is gone. The frames
+/// bench runs this very function (`hotpath`).
+///
+/// The order matters: the replay buffer first, so a join's fold always holds what the
+/// conversation holds (the join merges the two by message id); the conversation before the
+/// client, so a message the client saw closed is on disk even if the adapter is killed then.
 pub(crate) fn write_events(
     feed: &Feed,
     stream: &SseStream,
     out: &mut Events,
     frames: &mut Vec<u8>,
+    turn: &mut Recorder,
 ) -> bool {
     feed.push_into(out, frames);
+    turn.observe(out);
     let ok = stream.send_frames(frames, out.len());
     out.clear();
     ok

@@ -25,6 +25,10 @@ impl Run<'_> {
         );
         if let Some(task) = &old.task_id {
             stop_task(&self.app.a2a, &self.active, task)?;
+            // The cut turn kept what was streamed; the kernel's task completes it.
+            if let Ok(Some(task)) = self.app.a2a.get_task(task) {
+                (self.app.history).complete_from_task(&self.input.thread_id, &task);
+            }
         }
         self.doc.mark_terminal();
         self.doc.execution = Some(next);

@@ -474,10 +474,18 @@ impl Run<'_> {
     }
 
     /// The answer leaves `pending` and its digest is kept, durably (fail closed).
+    /// The conversation keeps the answer with its interrupt (`History::answered`).
     fn record_applied(&mut self, entry: &ResumeEntry) -> ControlFlow<End> {
         self.proj.answered([entry.interrupt_id.clone()]);
+        let lang = self.lang;
         let exec = self.execution();
-        exec.pending.remove(&entry.interrupt_id);
+        if let Some(p) = exec.pending.remove(&entry.interrupt_id) {
+            let expires = p.expires_at.as_deref().unwrap_or("");
+            let interrupt = interrupts::to_interrupt(&p.value, expires, lang);
+            let thread = &self.input.thread_id;
+            (self.app.history).answered(thread, &interrupt, &entry.canonical());
+        }
+        let exec = self.execution();
         let execution_id = exec.execution_id.clone();
         self.doc.applied_resume_digests.push(AppliedDigest {
             digest: ids::json_digest(&entry.canonical()),
