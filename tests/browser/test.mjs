@@ -75,6 +75,8 @@ async function waitText(page, text) {
 }
 
 async function send(page, text) {
+  // A page behind another tab gets no animation frames: clicking there would hang.
+  await page.bringToFront();
   await page.type("#input", text);
   await page.click("#send");
 }
