@@ -327,10 +327,16 @@ function describe(e) {
   return e?.message || String(e);
 }
 
+// A join of an execution that has ended carries only these: the conversation, nothing live.
+const QUIET = new Set(["RUN_STARTED", "RUN_FINISHED", "MESSAGES_SNAPSHOT", "CUSTOM", "STATE_SNAPSHOT"]);
+
 /** A subscriber that reflects one run on the page: its messages (through `show`, when it may
  *  show them), the execution it names, how it ends. `ending.outcome` is set at its end. */
 function reflect(ending, show = () => true) {
   return {
+    onEvent: ({ event }) => {
+      if (!QUIET.has(event.type)) ending.live = true;
+    },
     onMessagesChanged: ({ messages: m }) => {
       if (!show()) return;
       messages = m;
@@ -385,13 +391,14 @@ function reflect(ending, show = () => true) {
   };
 }
 
-/** Runs one stream of this tab (a run, or a join) and reflects it on the page. A join of an
- *  idle thread (its whole conversation, then at once its end) leaves the status idle. */
-async function drive(agent, start, { idle = false } = {}) {
+/** Runs one stream of this tab (a run, or a join) and reflects it on the page. A join that
+ *  carried nothing live (an ended execution: its whole conversation, then at once its end)
+ *  leaves the status idle. */
+async function drive(agent, start, { join: joining = false, idle = false } = {}) {
   streams++;
   notice("");
   setStatus("running");
-  const ending = { outcome: null };
+  const ending = { outcome: null, live: false };
   let rejoin = false;
   try {
     await start(agent, reflect(ending));
@@ -410,7 +417,7 @@ async function drive(agent, start, { idle = false } = {}) {
     stopRequested = false;
     updateButtons();
     if (ending.outcome === null && $("status").dataset.state === "running") setStatus("idle");
-    if (idle && ending.outcome === "success") setStatus("idle");
+    if (joining && ending.outcome === "success" && !ending.live) setStatus("idle");
     loadThreads();
   }
   // The adapter could not continue the stream exactly (say it restarted): join the turn afresh.
@@ -534,7 +541,7 @@ async function join() {
     .catch(() => {});
   if (!t.executionId || !t.runId) return first;
   current = { executionId: t.executionId, rosInvocationId: t.rosInvocationId, runId: t.runId };
-  await drive(newAgent(), (a, s) => a.connectAgent({}, s), { idle: t.state === "idle" });
+  await drive(newAgent(), (a, s) => a.connectAgent({}, s), { join: true, idle: t.state === "idle" });
   await first;
 }
 
