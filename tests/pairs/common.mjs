@@ -6,6 +6,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
+import { HttpAgent } from "@ag-ui/client";
 
 export const WORK = process.env.WORK;
 export const ROOT = process.env.ROOT;
@@ -131,3 +132,64 @@ export async function turn(agent, { text, resume, cwd, userId, runId = `run-${ra
   }
   return r;
 }
+
+// ---- a console's requests: routed by user ------------------------------------------------------
+
+const EXT = "/extensions/iac-code/v1";
+
+/** A console's agent: its user named in X-AGUI-User-Id (and the thread in X-AGUI-Thread-Id). */
+export const userAgent = (user, threadId) =>
+  new HttpAgent({ url: `${PROXY}/`, threadId, headers: { "X-AGUI-User-Id": user, "X-AGUI-Thread-Id": threadId } });
+
+/** GET through HAProxy (or `base`) as the user's console does: `[status, json]`. */
+export async function getJson(route, user, base = PROXY) {
+  const res = await fetch(`${base}${EXT}${route}`, { headers: user ? { "X-AGUI-User-Id": user } : {} });
+  return [res.status, await res.json().catch(() => null)];
+}
+
+/** Opens the thread's live feed through HAProxy; `until(runId)` resolves with the run's event
+ * types once its RUN_FINISHED/RUN_ERROR arrived (or null after `ms`). */
+export async function openFeed(user, threadId) {
+  const controller = new AbortController();
+  const q = `userId=${encodeURIComponent(user)}`;
+  const res = await fetch(`${PROXY}${EXT}/threads/${encodeURIComponent(threadId)}/events?${q}`, {
+    headers: { "X-AGUI-User-Id": user, Accept: "text/event-stream" },
+    signal: controller.signal,
+  });
+  const events = [];
+  const waiters = [];
+  const pump = (async () => {
+    if (!res.ok || !res.body) return;
+    const decoder = new TextDecoder();
+    let buf = "";
+    try {
+      for await (const chunk of res.body) {
+        buf += decoder.decode(chunk, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const frame = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+          if (data) events.push(JSON.parse(data));
+          waiters.forEach((w) => w());
+        }
+      }
+    } catch {}
+  })();
+  const until = (runId, ms = 15_000) =>
+    new Promise((resolve) => {
+      const done = () => {
+        if (events.some((e) => (e.type === "RUN_FINISHED" || e.type === "RUN_ERROR") && e.runId === runId)) resolve(runTypes(runId));
+      };
+      const runTypes = (id) => {
+        const from = events.findIndex((e) => e.type === "RUN_STARTED" && e.runId === id);
+        const to = events.findIndex((e, k) => k > from && (e.type === "RUN_FINISHED" || e.type === "RUN_ERROR"));
+        return events.slice(from, to + 1).map((e) => e.type);
+      };
+      waiters.push(done);
+      done();
+      setTimeout(() => resolve(null), ms);
+    });
+  return { status: res.status, until, close: () => (controller.abort(), pump) };
+}
+

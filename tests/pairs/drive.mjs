@@ -33,14 +33,13 @@ import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { HttpAgent } from "@ag-ui/client";
-import { WORK, ROOT, BASE, PROXY, log, check, warnings, runChecks, sleep, pairsSh, contextId, held, startHaproxy as startWith, turn as turnWith } from "./common.mjs";
+import { WORK, ROOT, BASE, PROXY, log, check, warnings, runChecks, sleep, pairsSh, contextId, held, startHaproxy as startWith, turn as turnWith, userAgent, getJson, openFeed } from "./common.mjs";
 
 const CWD = process.env.CWD;
 const N = Number(process.env.PAIRS_THREADS || "300");
 const POOL = 24;
 const KERNELS = process.env.A2A_URLS.split(" ");
 const USERS = Number(process.env.PAIRS_USERS || "12");
-const EXT = "/extensions/iac-code/v1";
 
 const sample = (results, bad) => {
   const b = results.filter(bad);
@@ -156,62 +155,6 @@ async function phaseSameStream() {
 }
 
 // ---- routing by user -----------------------------------------------------------------------------
-
-/** A console's agent: its user named in X-AGUI-User-Id (and the thread in X-AGUI-Thread-Id). */
-const userAgent = (user, threadId) =>
-  new HttpAgent({ url: `${PROXY}/`, threadId, headers: { "X-AGUI-User-Id": user, "X-AGUI-Thread-Id": threadId } });
-
-/** GET through HAProxy (or `base`) as the user's console does: `[status, json]`. */
-async function getJson(route, user, base = PROXY) {
-  const res = await fetch(`${base}${EXT}${route}`, { headers: user ? { "X-AGUI-User-Id": user } : {} });
-  return [res.status, await res.json().catch(() => null)];
-}
-
-/** Opens the thread's live feed through HAProxy; `until(runId)` resolves with the run's event
- * types once its RUN_FINISHED/RUN_ERROR arrived (or null after `ms`). */
-async function openFeed(user, threadId) {
-  const controller = new AbortController();
-  const q = `userId=${encodeURIComponent(user)}`;
-  const res = await fetch(`${PROXY}${EXT}/threads/${encodeURIComponent(threadId)}/events?${q}`, {
-    headers: { "X-AGUI-User-Id": user, Accept: "text/event-stream" },
-    signal: controller.signal,
-  });
-  const events = [];
-  const waiters = [];
-  const pump = (async () => {
-    if (!res.ok || !res.body) return;
-    const decoder = new TextDecoder();
-    let buf = "";
-    try {
-      for await (const chunk of res.body) {
-        buf += decoder.decode(chunk, { stream: true });
-        let i;
-        while ((i = buf.indexOf("\n\n")) >= 0) {
-          const frame = buf.slice(0, i);
-          buf = buf.slice(i + 2);
-          const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
-          if (data) events.push(JSON.parse(data));
-          waiters.forEach((w) => w());
-        }
-      }
-    } catch {}
-  })();
-  const until = (runId, ms = 15_000) =>
-    new Promise((resolve) => {
-      const done = () => {
-        if (events.some((e) => (e.type === "RUN_FINISHED" || e.type === "RUN_ERROR") && e.runId === runId)) resolve(runTypes(runId));
-      };
-      const runTypes = (id) => {
-        const from = events.findIndex((e) => e.type === "RUN_STARTED" && e.runId === id);
-        const to = events.findIndex((e, k) => k > from && (e.type === "RUN_FINISHED" || e.type === "RUN_ERROR"));
-        return events.slice(from, to + 1).map((e) => e.type);
-      };
-      waiters.push(done);
-      done();
-      setTimeout(() => resolve(null), ms);
-    });
-  return { status: res.status, until, close: () => (controller.abort(), pump) };
-}
 
 async function phaseUsers() {
   const users = Array.from({ length: USERS }, (_, i) => `user-${i}-${randomUUID().slice(0, 8)}`);
