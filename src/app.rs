@@ -9,6 +9,7 @@ use crate::history::History;
 use crate::projection::RunIds;
 use crate::store::{ActiveRun, Store};
 use crate::stream::{Heartbeats, SseStream};
+use crate::threadfeed::ThreadFeeds;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -23,6 +24,8 @@ pub struct App {
     pub feeds: Feeds,
     /// The kept conversations (`<state-dir>/history/`).
     pub history: History,
+    /// The runs held for the live feeds of threads (`GET …/threads/{threadId}/events`).
+    pub threads: ThreadFeeds,
     pub runs: Runs,
 }
 

@@ -17,7 +17,7 @@ mod ring;
 use crate::events::{DeltaSpans, EventType, Serialized};
 use crate::stream::cursor;
 use fold::Fold;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard as Guard};
 use ring::Ring;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -289,6 +289,15 @@ impl Feed {
         if let Some((_, seq)) = held {
             return Start::Exact(seq);
         }
+        self.join_locked(st, past, limit)
+    }
+
+    /// A join that is no watcher: a thread's live feed never keeps a run going nor lets it stop.
+    pub(crate) fn join(&self) -> Start {
+        self.join_locked(self.state.lock(), &[], None)
+    }
+
+    fn join_locked(&self, mut st: Guard<'_, State>, past: &[Value], lim: Option<usize>) -> Start {
         // A run that has just started: its first events are about to be pushed.
         let deadline = Instant::now() + Duration::from_secs(5);
         while st.fold.as_ref().is_some_and(|f| f.run_started.is_none())
@@ -297,7 +306,7 @@ impl Feed {
         let Some(fold) = st.fold.as_ref() else {
             return Start::Kernel;
         };
-        let events = fold.prelude(crate::ids::now_ms(), past, limit);
+        let events = fold.prelude(crate::ids::now_ms(), past, lim);
         let at = st.folded;
         let mut body = Vec::new();
         for (k, ev) in events.iter().enumerate() {
@@ -306,6 +315,23 @@ impl Feed {
             cursor::push_frame(&mut body, (&self.tag, at, sub), &json);
         }
         Start::Join(body, events.len(), at)
+    }
+
+    /// The tag of this run's cursors (a short hash of its execution id).
+    pub(crate) fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The positions of this run's first and last frames (`(0, 0)` before the first), and
+    /// whether it ended.
+    pub(crate) fn span(&self) -> (u64, u64, bool) {
+        let st = self.state.lock();
+        (st.ring.first, st.ring.last, st.ended.is_some())
+    }
+
+    /// Whether the frames after `after` are all still held (none dropped for the cap).
+    pub(crate) fn holds_after(&self, after: u64) -> bool {
+        self.state.lock().ring.evicted <= after
     }
 
     /// The frames after position `after` (which it advances), waiting up to `wait` for some.

@@ -20,6 +20,7 @@
 //! | [`run`] | admission, the life of a run, resume, crash repair, the cancel extension, shutdown |
 //! | [`app`] | what every request shares: configuration, clients, store, runs in progress |
 //! | [`kernel`] | supervision of a managed `iac-code a2a` |
+//! | [`threadfeed`] | the live feed of a thread: every run, from any client, on one open stream |
 //! | [`projection`] | A2A update in, AG-UI events out: a pure state machine |
 //! | [`feed`] | replay buffers: SSE cursors kept per execution, exact resume, join, detach grace |
 //! | [`history`] | the kept conversations: per-thread append-only logs of AG-UI messages, join snapshots, history pages |
@@ -96,3 +97,4 @@ pub mod store;
 pub mod stream;
 #[doc(hidden)]
 pub mod testing;
+pub mod threadfeed;

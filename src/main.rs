@@ -13,6 +13,7 @@ use iac_code_agui::logctx;
 use iac_code_agui::run;
 use iac_code_agui::store::Store;
 use iac_code_agui::stream::Heartbeats;
+use iac_code_agui::threadfeed::ThreadFeeds;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -262,6 +263,7 @@ fn build_app(config: Config, kernel: &Upstream) -> Arc<App> {
         heartbeats: Heartbeats::start(config.heartbeat),
         feeds: Feeds::start(config.replay_buffer_bytes, config.detach_grace),
         history: History::new(&config.state_dir, config.history_max_messages),
+        threads: ThreadFeeds::start(),
         runs: Runs::default(),
         config,
     });

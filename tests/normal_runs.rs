@@ -69,8 +69,16 @@ fn a_normal_turn_streams_what_the_reference_adapter_streamed() {
     assert!(r.content_type.starts_with("text/event-stream"));
     let golden: Vec<Value> = data_lines(include_str!("data/normal-turn.agui.sse"));
     let ours_task = r.session()["taskId"].as_str().unwrap().to_string();
+    // Ours over the reference: RUN_STARTED echoes the user's message (a thread's live feed
+    // needs it); the rest is the reference's stream.
+    let mut events = r.events.clone();
+    let input = events[0].as_object_mut().unwrap().remove("input").unwrap();
     assert_eq!(
-        without_ids(&r.events, &ours_task),
+        input["messages"],
+        json!([{"id": "msg-run-1", "role": "user", "content": "Say hello in one sentence."}])
+    );
+    assert_eq!(
+        without_ids(&events, &ours_task),
         without_ids(&golden, "4c0dde0f-2c97-4a63-953c-c18ee9a20c1e")
     );
     let s = r.session();

@@ -10,6 +10,7 @@ use crate::error::{Error, Lang};
 use crate::observe::{self, Observer};
 use crate::run::{self, Admitted};
 use crate::stream::SseStream;
+use crate::threadfeed::{self, Follower};
 use std::sync::Arc;
 use tiny_http::{Header, Request, Response};
 
@@ -31,6 +32,7 @@ pub(super) fn answer(app: &Arc<App>, req: Request, next: Result<Next, Refusal>, 
         }
         Ok(Next::Run(admitted)) => stream_run(app, req, *admitted, cors),
         Ok(Next::Observe(observer)) => stream_observer(app, req, *observer, cors),
+        Ok(Next::Follow(follower)) => stream_follower(app, req, *follower, cors),
         Err(r) => refuse(req, &r, cors),
     }
 }
@@ -118,6 +120,20 @@ fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors
     };
     app.heartbeats.register(&stream);
     observe::observe(app, observer, &stream);
+}
+
+/// A thread's live feed continues on this request thread, with heartbeats, until its client
+/// leaves; it holds no thread slot and no run.
+fn stream_follower(app: &Arc<App>, req: Request, follower: Follower, cors: &Cors) {
+    let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
+        Ok(s) => s,
+        Err(e) => {
+            log::info!("feed client left before the stream started: {e}");
+            return;
+        }
+    };
+    app.heartbeats.register(&stream);
+    threadfeed::follow(follower, &stream);
 }
 
 fn with_headers<R: std::io::Read>(mut resp: Response<R>, headers: Vec<Header>) -> Response<R> {

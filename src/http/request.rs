@@ -14,6 +14,7 @@ use crate::observe::{self, Observer};
 use crate::pairs;
 use crate::run::{self, Admitted};
 use crate::store::parse_limit;
+use crate::threadfeed::Follower;
 use std::sync::Arc;
 use tiny_http::{Header, Method, Request};
 
@@ -26,6 +27,8 @@ pub(super) enum Next {
     Metrics(String),
     Run(Box<Admitted>),
     Observe(Box<Observer>),
+    /// A thread's live feed.
+    Follow(Box<Follower>),
     /// A CORS preflight (or a plain `OPTIONS`): 204 with these headers.
     Preflight(Vec<Header>),
 }
@@ -127,6 +130,9 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
             .map(Next::Json)
             .map_err(refuse);
     }
+    if let Route::Events(id) = &route {
+        return follow_thread(app, req, id, header_lang).map_err(refuse);
+    }
     check_json_content_type(req).map_err(refuse)?;
     let limit = match route {
         Route::Run => MAX_BODY_BYTES,
@@ -163,6 +169,24 @@ fn history_page(
     observe::identified(app, thread_id, &who)?;
     let limit = crate::history::page_limit(limit)?;
     app.history.page(thread_id, limit, before)
+}
+
+/// `GET …/threads/{threadId}/events`: the thread lookup's identity rules (the same answer, so
+/// the same 404s), then a feed that holds every run beginning from now, seeded with the run the
+/// lookup names (looked up again once the feed holds new runs, so none slips between).
+fn follow_thread(app: &App, req: &Request, id: &str, lang: Lang) -> Result<Next, Error> {
+    let query = req.url().split_once('?').map_or("", |(_, q)| q);
+    let ros = query_param(query, "rosInvocationId");
+    let user = query_param(query, "userId");
+    observe::thread_status(app, id, ros.clone(), user.clone(), lang)?;
+    let follower = app.threads.follow(id);
+    let status = observe::thread_status(app, id, ros, user, lang)?;
+    let current = status["executionId"]
+        .as_str()
+        .and_then(|e| app.feeds.get(e));
+    follower.seed(current);
+    let follower = follower.resuming(header(req, "Last-Event-ID"));
+    Ok(Next::Follow(Box::new(follower)))
 }
 
 /// `GET /health`: the adapter, its protocol and its version.
@@ -215,6 +239,7 @@ fn with_body(
         | Route::Thread(_)
         | Route::Threads
         | Route::Messages(_)
+        | Route::Events(_)
         | Route::Unknown => Err(refuse(Msg::Internal.err())),
     }
 }

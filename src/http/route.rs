@@ -21,6 +21,8 @@ pub(super) enum Route {
     Threads,
     /// A thread's kept conversation, page by page; the id percent-decoded.
     Messages(String),
+    /// The live feed of a thread (`…/threads/{threadId}/events`); the id percent-decoded.
+    Events(String),
     Unknown,
 }
 
@@ -51,6 +53,12 @@ impl Route {
                 let messages = in_threads
                     .and_then(|rest| rest.strip_suffix("/messages"))
                     .and_then(thread_id);
+                let events = in_threads
+                    .and_then(|rest| rest.strip_suffix("/events"))
+                    .and_then(thread_id);
+                if let Some(id) = events {
+                    return Route::Events(id);
+                }
                 if let Some(id) = execution("/cancel") {
                     Route::Cancel(id)
                 } else if let Some(id) = execution("/subscribe") {
@@ -77,6 +85,7 @@ impl Route {
             Route::Thread(_) => "/extensions/iac-code/v1/threads/{threadId}",
             Route::Threads => THREADS,
             Route::Messages(_) => "/extensions/iac-code/v1/threads/{threadId}/messages",
+            Route::Events(_) => "/extensions/iac-code/v1/threads/{threadId}/events",
             Route::Unknown => "(no route)",
         }
     }
@@ -86,7 +95,10 @@ pub(super) fn check_method(route: &Route, method: &Method, path: &str) -> Result
     let allowed = match (route, method) {
         (Route::Health | Route::Metrics, Method::Get | Method::Head) => true,
         (Route::Run | Route::Cancel(_) | Route::Subscribe(_), Method::Post) => true,
-        (Route::Thread(_) | Route::Threads | Route::Messages(_), Method::Get) => true,
+        (
+            Route::Thread(_) | Route::Threads | Route::Messages(_) | Route::Events(_),
+            Method::Get,
+        ) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
             return Err(Msg::NoRoute.with(&[&shown]));
@@ -143,6 +155,13 @@ mod tests {
         ] {
             assert!(matches!(Route::of(p), Route::Unknown), "{p}");
         }
+        assert!(
+            matches!(Route::of("/extensions/iac-code/v1/threads/t%201/events"), Route::Events(id) if id == "t 1")
+        );
+        assert!(matches!(
+            Route::of("/extensions/iac-code/v1/threads//events"),
+            Route::Unknown
+        ));
         assert!(matches!(Route::of("/health"), Route::Health));
         assert!(matches!(
             Route::of("/extensions/iac-code/v1/threads"),

@@ -91,6 +91,9 @@ pub struct Projection {
     snapshot_taken: HashMap<String, String>,
     /// How many of the run's text contents came from task snapshots.
     snapshot_contents: usize,
+    /// `RUN_STARTED.input`: the turn's user message, so a client that did not send it (a
+    /// thread's live feed) has it too.
+    input: Option<Value>,
 }
 
 impl Projection {
@@ -114,7 +117,14 @@ impl Projection {
             got_reply_message: false,
             snapshot_taken: HashMap::new(),
             snapshot_contents: 0,
+            input: None,
         }
+    }
+
+    /// `RUN_STARTED` carries `input` (a `RunAgentInput`: the run's ids and the user's message).
+    pub(crate) fn echoing(mut self, input: Value) -> Projection {
+        self.input = Some(input);
+        self
     }
 
     /// Fixes the clock (tests compare streams without timestamps, benches avoid the syscall).
@@ -192,6 +202,9 @@ impl Projection {
         let mut fields = json!({"threadId": self.ids.thread_id, "runId": self.ids.run_id});
         if let Some(parent) = &self.ids.parent_run_id {
             fields["parentRunId"] = json!(parent);
+        }
+        if let Some(input) = self.input.take() {
+            fields["input"] = input;
         }
         out.push(EventType::RunStarted, fields);
         if self.session.task_id().is_some() {

@@ -12,6 +12,7 @@
 
 mod admit;
 mod cancel;
+mod echo;
 mod identity;
 mod relay;
 mod repair;
@@ -40,6 +41,7 @@ use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
 use cancel::{cancel_once, stop_soon};
+use echo::echoed_input;
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,6 +55,7 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     stream.set_tag(&ids.execution_id);
     let feed = app.feeds.open(&ids.execution_id);
     feed.watch();
+    app.threads.run_started(&ids.thread_id, &feed);
     let live = Arc::new(LiveRun {
         stream: stream.clone(),
         active: Mutex::new(admitted.active.clone()),
@@ -156,6 +159,9 @@ impl<'a> Run<'a> {
             }
         }
         let turn = Recorder::new(&app.history, &live.ids.thread_id);
+        if let Mode::NewTurn(m) | Mode::RepairThenNewTurn { message: m, .. } = &a.mode {
+            proj = proj.echoing(echoed_input(&live.ids, m));
+        }
         let lang_tag =
             (a.input.iac.preferred_language.clone()).unwrap_or_else(|| a.lang.tag().to_string());
         let run = Run {

@@ -22,6 +22,11 @@ pub(crate) fn next_seq() -> u64 {
     SEQ.fetch_add(1, Ordering::Relaxed) + 1
 }
 
+/// The newest position handed out so far (a thread feed's "now").
+pub(crate) fn current() -> u64 {
+    SEQ.load(Ordering::Relaxed)
+}
+
 /// The short tag of an execution in its cursors.
 pub(crate) fn tag(execution_id: &str) -> String {
     crate::ids::sha256_hex(execution_id.as_bytes())[..10].to_string()

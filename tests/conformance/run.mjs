@@ -1012,6 +1012,94 @@ async function scJoin() {
   return { problems, notes: `joined mid-run: ${types.length} events (${types.slice(0, 5).join(", ")}, …), the whole text` };
 }
 
+/**
+ * The live feed of a thread (`GET …/threads/{threadId}/events`): a feed opened after turn 1, then a
+ * permission turn, its resume (client A) and a third turn from another client (B). The feed, split
+ * into runs, goes run by run through a client of its own (an HttpAgent whose fetch answers with the
+ * feed's run: the client's whole pipeline, verifyEvents included, and its reducer); it must end
+ * with the same messages as B, which holds the whole conversation as the senders built it.
+ */
+async function scFeed() {
+  const problems = [];
+  const threadId = `conf-feed-${randomUUID()}`;
+  const inv = "inv-feed-1";
+  const a = newAgent(threadId);
+  addUser(a, "Create a VPC template");
+  const r1 = await run(a, { forwardedProps: forwardedProps(inv) });
+  expectSuccess(r1);
+  const before = structuredClone(a.messages);
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), RUN_TIMEOUT_MS * 2);
+  const resp = await fetch(`${BASE}/extensions/iac-code/v1/threads/${threadId}/events?rosInvocationId=${inv}`, {
+    headers: { Accept: "text/event-stream" },
+    signal: controller.signal,
+  });
+  if (resp.status !== 200) return { runs: [r1], problems: [`feed answered ${resp.status}`] };
+  const fed = [];
+  let ended = 0;
+  let wake = () => {};
+  const reading = (async () => {
+    const reader = resp.body.getReader();
+    const dec = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += dec.decode(value, { stream: true });
+      const lines = buf.split("\n");
+      buf = lines.pop();
+      for (const line of lines) {
+        if (!line.startsWith("data: ")) continue;
+        const e = JSON.parse(line.slice(6));
+        fed.push(e);
+        if (e.type === EventType.RUN_FINISHED || e.type === EventType.RUN_ERROR) ended++;
+        wake();
+      }
+    }
+  })().catch(() => {});
+  addUser(a, "scenario:permission");
+  const r2 = await run(a, { forwardedProps: forwardedProps(inv) });
+  expectInterrupt(r2);
+  const interrupt = a.pendingInterrupts[0];
+  const resume = [{ interruptId: interrupt?.id, status: "resolved", payload: { decision: "allow_once" } }];
+  const r3 = await run(a, { forwardedProps: forwardedProps(inv), resume });
+  expectSuccess(r3);
+  const b = new HttpAgent({ url: BASE + "/", threadId, initialMessages: a.messages });
+  addUser(b, "Add a security group");
+  const r4 = await run(b, { forwardedProps: forwardedProps(inv) });
+  expectSuccess(r4);
+  const deadline = Date.now() + 10_000;
+  while (ended < 3 && Date.now() < deadline) await new Promise((r) => ((wake = r), setTimeout(r, 200)));
+  controller.abort();
+  clearTimeout(timer);
+  await reading;
+  if (ended !== 3) problems.push(`the feed gave ${ended} runs, want 3`);
+  const runs = [];
+  for (const e of fed) {
+    if (e.type === EventType.RUN_STARTED) runs.push([]);
+    runs.at(-1)?.push(e);
+  }
+  // The follower's client gets each run of the feed as an SSE response of its own.
+  let feedRun = [];
+  const sse = () => feedRun.map((e) => `data: ${JSON.stringify(e)}\n\n`).join("");
+  const fetchRun = async () => new Response(sse(), { status: 200, headers: { "Content-Type": "text/event-stream" } });
+  const follower = new HttpAgent({ url: "http://feed.invalid/", threadId, initialMessages: before, fetch: fetchRun });
+  for (const [k, events] of runs.entries()) {
+    feedRun = events;
+    const pending = follower.pendingInterrupts.map((i) => ({ interruptId: i.id, status: "resolved", payload: { decision: "allow_once" } }));
+    try {
+      await follower.runAgent({ runId: events[0].runId, ...(pending.length ? { resume: pending } : {}) });
+    } catch (e) {
+      problems.push(`feed run ${k + 1} rejected by the client (verifyEvents): ${errMsg(e)}`);
+    }
+  }
+  const canon = (v) => JSON.stringify(v, (_, x) => (x && typeof x === "object" && !Array.isArray(x) ? Object.fromEntries(Object.entries(x).sort()) : x));
+  if (canon(follower.messages) !== canon(b.messages))
+    problems.push(`the feed's messages differ from the senders': ${short(canon(follower.messages), 600)} vs ${short(canon(b.messages), 600)}`);
+  const users = follower.messages.filter((m) => m.role === "user").length;
+  return { runs: [r1, r2, r3, r4], problems, notes: `${fed.length} events in ${runs.length} runs, each through verifyEvents; ${follower.messages.length} messages (${users} user) equal to the senders'` };
+}
+
 // ---- driver --------------------------------------------------------------------------------
 
 const SCENARIOS = [
@@ -1031,6 +1119,7 @@ const SCENARIOS = [
   { name: "9a reasoning events", fn: scReasoning },
   { name: "9b tool-call and artifact events", fn: scTools },
   { name: "10 join mid-run with connectAgent() (no cursor)", fn: scJoin },
+  { name: "11 live feed of a thread: runs of two clients, verifyEvents and the same messages", fn: scFeed },
   { name: "self-check: broken stream is rejected", fn: scSelfCheck },
 ];
 

@@ -31,6 +31,9 @@ and drives the adapter over HTTP/SSE through the scenarios below, printing PASS/
   n6 a long answer (26 KB, non-ASCII) arrives whole
      n1-n6 run on ours, then on the reference adapter; every stream is compared with the
      reference's event by event, ids and the cwd normalised (deliberate differences named)
+  lf a thread's live feed open while a write_file turn (permission, resume allow_once) and another
+     client's text turn run: the feed equals the three runs' own frames and cursors, each run passes
+     @ag-ui/client's verifyEvents (REAL_KERNEL_FEED=only runs it alone)
 
 Exit status: 0 when every scenario passed, 1 otherwise, 3 on the global timeout.
 Every child runs in its own process group and is killed on exit, on failure and on a signal.
@@ -1981,6 +1984,78 @@ def verify_with_client(sc, events: list, label: str, env: Env) -> None:
                                    f"{out.stdout.strip()} {out.stderr.strip()[:300]}")
 
 
+FEED = "/extensions/iac-code/v1/threads/{}/events?rosInvocationId={}"
+
+
+def read_feed(port: int, path: str, runs: int, fr: Frames, timeout: float = 120.0) -> None:
+    """GETs a thread's live feed and reads its frames until `runs` runs ended."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        fr.status = resp.status
+        if fr.status != 200:
+            fr.body = resp.read()
+            return
+        for _ in range(runs):
+            read_sse(resp, fr)
+            if not fr.ended:
+                return
+            fr.frames.append(("--", {"type": "--"}))   # the end of a run, removed below
+    finally:
+        conn.close()
+        fr.frames = [f for f in fr.frames if f[0] != "--"]
+
+
+def scenario_lf(sc: Scenario, env: Env, port: int):
+    """A thread's live feed open while two turns run on it (one with a tool permission, answered
+    by a resume): the feed carries the three runs with the runs' own frames and cursors, and each
+    run passes @ag-ui/client's verifyEvents."""
+    thread, run0, ros = ids("ours-lf")
+    cwd = env.cwd("ours-lf")
+    first = read_frames(port, "/", run_input(thread, run0, ros, cwd, text_prompt(cwd)))
+    sc.require(first.ended, f"turn 0: HTTP {first.status} {first.body}")
+    feed = Frames()
+    reader = threading.Thread(target=read_feed, args=(port, FEED.format(thread, ros), 3, feed),
+                              daemon=True)
+    reader.start()
+    time.sleep(0.5)
+    asked = read_frames(port, "/", run_input(thread, f"run-{uuid.uuid4()}", ros, cwd,
+                                             write_prompt(cwd)))
+    outcome = asked.frames[-1][1].get("outcome") or {} if asked.frames else {}
+    sc.require(outcome.get("type") == "interrupt", f"write turn: {compact_tokens(asked.events)}")
+    it = outcome["interrupts"][0]
+    answered = read_frames(port, "/", run_input(thread, f"run-{uuid.uuid4()}", ros, cwd,
+                                                resume=answer(it["id"], "allow_once")))
+    sc.expect(answered.ended and (answered.frames[-1][1].get("outcome") or {}).get("type")
+              == "success", f"resume: {compact_tokens(answered.events)}")
+    # Another client, another invocation: the feed opened with the first one follows it too.
+    other = read_frames(port, "/", run_input(thread, f"run-{uuid.uuid4()}",
+                                             f"inv-{uuid.uuid4().hex[:12]}", cwd,
+                                             text_prompt(cwd)))
+    sc.expect(other.ended, f"turn 3: {compact_tokens(other.events)}")
+    reader.join(timeout=60)
+    sc.require(feed.status == 200, f"feed: HTTP {feed.status} {feed.body}")
+    want = asked.frames + answered.frames + other.frames
+    sc.expect(feed.frames == want,
+              f"feed: {len(feed.frames)} frames vs the runs' own {len(want)}; first difference at "
+              f"{next((n for n, (a, b) in enumerate(zip(feed.frames, want)) if a != b), '-')}")
+    runs, cur = [], None
+    for _, e in feed.frames:
+        if e.get("type") == "RUN_STARTED":
+            cur = []
+            runs.append(cur)
+        if cur is not None:
+            cur.append(e)
+    sc.expect(len(runs) == 3, f"feed: {len(runs)} runs, want 3")
+    for k, events in enumerate(runs):
+        verify_with_client(sc, events, f"feed run {k + 1}", env)
+    users = [m for r in runs for m in (r[0].get("input") or {}).get("messages", [])]
+    sc.expect(len(users) == 2, f"feed: RUN_STARTED.input messages of the two turns: {users}")
+    sc.note(f"feed: {len(feed.frames)} frames in {len(runs)} runs (write turn, resume, another "
+            f"client's turn), equal to the runs' own frames and cursors; verifyEvents on each")
+
+
 def joined_text(events: list) -> str:
     """The assistant text of a join: the snapshot's messages, then the re-opened ones' content."""
     text = ""
@@ -2336,6 +2411,12 @@ def main() -> int:
             ok = not failed
             print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
             return 0 if ok else 1
+        if os.environ.get("REAL_KERNEL_FEED") == "only":   # the live feed scenario alone
+            run_scenario("lf", "live feed of a thread", scenario_lf, env, port)
+            failed = [r for r in RESULTS if r.status == "FAIL"]
+            ok = not failed
+            print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+            return 0 if ok else 1
         if os.environ.get("REAL_KERNEL_RESUME") == "only":   # the resume scenarios alone
             run_scenario("r", "resumable streams", scenario_r, env)
             run_scenario("r4", "no grace: a client that left frees its thread", scenario_r4,
@@ -2364,6 +2445,8 @@ def main() -> int:
                      scenario_r, env)
         run_scenario("r4", "no grace: a client that left frees its thread", scenario_r4, env,
                      port)
+        run_scenario("lf", "live feed of a thread: two turns, a tool permission, verifyEvents",
+                     scenario_lf, env, port)
         if args.skip_reference:
             sg = Scenario("g", "reference adapter comparison")
             sg.status = "SKIP"

@@ -1,0 +1,34 @@
+//! `RUN_STARTED.input` of a new turn: the user's message echoed, so a client that did not send
+//! it (a thread's live feed, `threadfeed`) ends with the same messages as the one that did.
+
+use crate::input::UserMessage;
+use crate::projection::RunIds;
+use serde_json::Value;
+
+/// The longest user text `RUN_STARTED.input` echoes whole; a longer one is cut there (the
+/// whole text is in the kernel's session and the kept conversation).
+const ECHO_MAX: usize = 64 * 1024;
+
+/// `RUN_STARTED.input` of a new turn: the run's ids and the user's message as AG-UI has it
+/// (its text parts joined; images are not echoed). The sender's client already has the message
+/// by its id and keeps it; a thread's live feed adds it (`@ag-ui/client` merges `input.messages`
+/// it does not have). No `forwardedProps`: secrets never go back out.
+pub(super) fn echoed_input(ids: &RunIds, m: &UserMessage) -> Value {
+    let mut text = String::new();
+    for t in m
+        .parts
+        .iter()
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+    {
+        text.push_str(t);
+    }
+    if text.len() > ECHO_MAX {
+        let mut end = ECHO_MAX;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    serde_json::json!({"threadId": ids.thread_id, "runId": ids.run_id,
+        "messages": [{"id": m.id, "role": "user", "content": text}]})
+}
