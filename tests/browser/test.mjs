@@ -30,6 +30,7 @@ let shotNo = 0;
 async function shot(page, name) {
   shotNo++;
   const file = `${SHOTS}/${String(shotNo).padStart(2, "0")}-${name}.png`;
+  await page.bringToFront(); // a page behind another tab takes seconds to capture
   await page.screenshot({ path: file });
 }
 
