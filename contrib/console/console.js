@@ -354,6 +354,7 @@ function reflect(ending, show = () => true) {
         current = { executionId: v.executionId, rosInvocationId: v.rosInvocationId, runId: v.aguiRunId };
         updateButtons();
         openFeed(); // the thread exists now
+        loadThreads(); // and is running
       }
     },
     onRunFinishedEvent: ({ outcome: kind, interrupts }) => {
