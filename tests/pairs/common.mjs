@@ -147,13 +147,14 @@ export async function getJson(route, user, base = PROXY) {
   return [res.status, await res.json().catch(() => null)];
 }
 
-/** Opens the thread's live feed through HAProxy; `until(runId)` resolves with the run's event
+/** Opens the thread's live feed through HAProxy (as `user`, or by `ros`); `until(runId)` resolves with the run's event
  * types once its RUN_FINISHED/RUN_ERROR arrived (or null after `ms`). */
-export async function openFeed(user, threadId) {
+export async function openFeed(user, threadId, { ros } = {}) {
   const controller = new AbortController();
-  const q = `userId=${encodeURIComponent(user)}`;
+  // Without a user: by the thread's rosInvocationId, no header (routed by the thread's path).
+  const q = ros ? `rosInvocationId=${encodeURIComponent(ros)}` : `userId=${encodeURIComponent(user)}`;
   const res = await fetch(`${PROXY}${EXT}/threads/${encodeURIComponent(threadId)}/events?${q}`, {
-    headers: { "X-AGUI-User-Id": user, Accept: "text/event-stream" },
+    headers: { ...(ros ? {} : { "X-AGUI-User-Id": user }), Accept: "text/event-stream" },
     signal: controller.signal,
   });
   const events = [];

@@ -8,6 +8,8 @@
 //     kernel must only have seen contexts of its own pair's threads, every run must succeed: so the
 //     resumes and cancels reached the owner. One stream direct and one through HAProxy carry the
 //     same event types (the proxy changes nothing).
+//     The history and the live feed of threads without a user (no header) reach their pair by
+//     the thread id in the path.
 //  1b. Routing by user (X-AGUI-User-Id on every request): USERS users start 3 threads each through
 //     HAProxy; every user's threads live on one pair (state dirs), the users spread over the pairs;
 //     one list request through HAProxy (GET …/threads?userId=U) lists exactly the user's threads;
@@ -144,7 +146,27 @@ async function phaseTraffic(agents) {
     const seen = await kernelContexts(p);
     check([...seen].every((c) => mine.has(c)), `kernel ${p} only ran messages in its own pair's threads (${seen.size} contexts)`);
   }
+  await threadRoutesByThread(agents.slice(0, 30));
   return new Map(agents.map((a, i) => [a.threadId, owners[i][0]]));
+}
+
+/** Threads without a user, asked without the header: their history and live feed are routed by
+ * the thread id in the path (…/threads/{threadId}/messages, …/events) to the pair holding them. */
+async function threadRoutesByThread(sample) {
+  const ros = (a) => `inv-${a.threadId}`;
+  const pages = await pool(sample, (a) => getJson(`/threads/${encodeURIComponent(a.threadId)}/messages?rosInvocationId=${encodeURIComponent(ros(a))}`, null));
+  const ok = pages.filter(([status, body], i) => status === 200 && body.threadId === sample[i].threadId && body.messages.some((m) => m.content === "hello, turn 3"));
+  check(ok.length === sample.length, `the history of ${sample.length} threads without a user, through HAProxy without a header, from their pair (${ok.length})`);
+  let fed = 0;
+  for (const a of sample.slice(0, 5)) {
+    const feed = await openFeed(null, a.threadId, { ros: ros(a) });
+    const runId = `run-${randomUUID()}`;
+    const r = await turn(a, { text: "while its feed is open", runId });
+    const seen = feed.status === 200 ? await feed.until(runId) : null;
+    await feed.close();
+    if (r.ok && seen?.join() === r.types.join()) fed++;
+  }
+  check(fed === 5, `the live feed of 5 threads without a user, through HAProxy without a header, carried their turn (${fed})`);
 }
 
 async function phaseSameStream() {
