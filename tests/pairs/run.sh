@@ -9,7 +9,8 @@
 #
 # Starts on 127.0.0.1: four fake kernels, pairs 1-3 through contrib/deploy/pairs.sh (--pair-mode,
 # each its own port, config dir and state dir), and HAProxy with contrib/deploy/haproxy.cfg (ports
-# rewritten). Then drive.mjs runs the scenario (see its header) and exits non-zero on any failure.
+# rewritten). nginx.mjs checks contrib/deploy/nginx-pairs.conf's routing in Debian's nginx first;
+# then drive.mjs runs the scenario (see its header) and exits non-zero on any failure.
 # With PAIRS_REAL_KERNEL=1: tests/real_kernel/fake_llm.py and three pairs whose adapters supervise
 # their own `iac-code a2a` (pairs.sh's managed kernels), driven by drive-real.mjs.
 # Everything it started is stopped on exit; logs of a failed run are kept under $TMPDIR.
@@ -121,7 +122,9 @@ export A2A_URLS="${URLS# }"
 bash contrib/deploy/pairs.sh start 3
 
 set +e
-WORK="$WORK" CWD="$WORK/workspace" ROOT="$ROOT" \
+# nginx-pairs.conf's routing (stand-in pairs), then the scenario behind HAProxy.
+WORK="$WORK" ROOT="$ROOT" timeout 60 node "$HERE/nginx.mjs" \
+  && WORK="$WORK" CWD="$WORK/workspace" ROOT="$ROOT" \
   timeout 600 node "$HERE/drive.mjs"
 RC=$?
 set -e
