@@ -2,8 +2,9 @@
 //!
 //! Fed from the very events the run writes (`run::write_events`), so the kept conversation has
 //! the streamed ids and text. A text or reasoning message is `open`ed when it starts, its text
-//! appended when it ends (and, while it streams, at most every [`PARTIAL_EVERY`], so a kill
-//! mid-message keeps what was sent up to then); a tool call is written when it ends, a result
+//! appended when it ends and, while it streams, whenever the run is about to wait for its
+//! upstream ([`Recorder::settle`]) or at most every [`PARTIAL_EVERY`] within a burst, so a kill
+//! mid-message keeps what was sent; a tool call is written when it ends, a result
 //! when it comes, an activity (a pipeline's) when it first appears and then, latest only, at the
 //! run's end and wherever the thread's state is saved; an interrupt when the run announces it.
 //! Deltas are not parsed: their escaped text is copied as it is (the hot path allocates nothing).
@@ -95,6 +96,16 @@ impl Recorder {
             self.flush_partials();
         }
         self.write();
+    }
+
+    /// Writes the text still streaming that is not on disk yet: the run is about to wait for
+    /// its upstream (nothing more is buffered), so what the client has is kept whatever comes
+    /// next. One `write()` per burst of the upstream, only while a message streams.
+    pub(crate) fn settle(&mut self) {
+        if self.sink.is_some() && self.open.iter().any(|o| !o.1.is_empty()) {
+            self.flush_partials();
+            self.write();
+        }
     }
 
     /// Writes what is held (streamed text, latest activities): the run's state is being saved.

@@ -497,7 +497,8 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Writes the projected events (replay buffer, then client); `false` once the client is gone
+    /// Writes the projected events (replay buffer, conversation, client; then the text still
+    /// streaming settled in the conversation); `false` once the client is gone
     /// and the run should stop (always `true` with a detach grace: the grace decides).
     fn flush(&mut self) -> bool {
         let ok = write_events(
@@ -507,6 +508,7 @@ impl<'a> Run<'a> {
             &mut self.frames,
             &mut self.turn,
         );
+        self.turn.settle();
         ok || !self.app.config.detach_grace.is_zero()
     }
 

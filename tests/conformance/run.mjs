@@ -1100,6 +1100,90 @@ async function scFeed() {
   return { runs: [r1, r2, r3, r4], problems, notes: `${fed.length} events in ${runs.length} runs, each through verifyEvents; ${follower.messages.length} messages (${users} user) equal to the senders'` };
 }
 
+/**
+ * Join of an idle thread (connectAgent on its ended execution): ten past runs (a tool call, an
+ * answered approval and a pipeline run among them) come back as one MESSAGES_SNAPSHOT that the
+ * client's verifyEvents accepts, and the messages equal, one by one, those the runs' own client
+ * built (the kept interrupts, activities of type `iac-code.interrupt`, aside).
+ */
+/** JSON with object keys sorted: the same message whatever order its fields were set in. */
+function canon(v) {
+  if (Array.isArray(v)) return `[${v.map(canon).join(",")}]`;
+  if (v && typeof v === "object") return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canon(v[k])}`).join(",")}}`;
+  return JSON.stringify(v);
+}
+
+async function scIdleJoin() {
+  const problems = [];
+  const threadId = `conf-idle-${randomUUID()}`;
+  const inv = "inv-idle-1";
+  const agent = newAgent(threadId);
+  const runs = [];
+  const answerAll = async (props) => {
+    for (let round = 0; round < 6 && agent.pendingInterrupts.length; round++) {
+      const resume = agent.pendingInterrupts.map((i) => ({ interruptId: i.id, status: "resolved", payload: autoPayload(i) }));
+      runs.push(await run(agent, { forwardedProps: props, resume }));
+    }
+  };
+  const turn = async (text, extra = {}) => {
+    addUser(agent, text);
+    const props = forwardedProps(inv, extra);
+    runs.push(await run(agent, { forwardedProps: props }));
+    await answerAll(props);
+  };
+  await turn("scenario:tools-artifact");
+  await turn("scenario:permission");
+  await turn("scenario:pipeline", { runMode: "pipeline" });
+  await turn("scenario:reasoning");
+  while (runs.length < 10) await turn("hello");
+  const look = await (await fetch(`${BASE}/extensions/iac-code/v1/threads/${threadId}?rosInvocationId=${inv}`)).json();
+  if (look.state !== "idle") problems.push(`lookup state ${look.state}`);
+  class JoinAgent extends HttpAgent {
+    connect() {
+      const url = `${BASE}/extensions/iac-code/v1/executions/${look.executionId}/subscribe`;
+      const init = {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+        body: JSON.stringify({ threadId, runId: look.runId, rosInvocationId: inv }),
+      };
+      return transformHttpEventStream(runHttpRequest(() => fetch(url, init)));
+    }
+  }
+  const fresh = new JoinAgent({ url: BASE + "/", threadId });
+  let failure = null;
+  const types = [];
+  try {
+    await fresh.connectAgent({}, {
+      onEvent: ({ event }) => types.push(event.type),
+      onRunFailed: ({ error }) => (failure = error),
+    });
+  } catch (e) {
+    failure = e;
+  }
+  if (failure) problems.push(`connectAgent failed: ${errMsg(failure)}`);
+  const want = ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"];
+  if (types.join() !== want.join()) problems.push(`join events ${types.join(", ")}`);
+  const kept = fresh.messages.filter((m) => !(m.role === "activity" && m.activityType === "iac-code.interrupt"));
+  const answered = fresh.messages.filter((m) => m.activityType === "iac-code.interrupt" && m.content?.answer);
+  const seen = agent.messages;
+  if (kept.length !== seen.length) problems.push(`${kept.length} messages kept, ${seen.length} seen by the runs' client`);
+  for (let i = 0; i < Math.min(kept.length, seen.length); i++) {
+    if (canon(kept[i]) !== canon(seen[i])) {
+      problems.push(`message ${i}: kept ${short(safeJson(kept[i]), 200)} vs seen ${short(safeJson(seen[i]), 200)}`);
+      break;
+    }
+  }
+  const roles = new Set(kept.map((m) => m.role));
+  for (const role of ["user", "assistant", "tool", "reasoning", "activity"]) if (!roles.has(role)) problems.push(`no ${role} message`);
+  if (!kept.some((m) => m.toolCalls?.length)) problems.push("no tool call");
+  if (answered.length < 2) problems.push(`${answered.length} answered interrupts kept, want the approval and the deploy`);
+  return {
+    runs,
+    problems,
+    notes: `${runs.length} runs, joined idle: ${fresh.messages.length} messages (${answered.length} answered interrupts) accepted by verifyEvents`,
+  };
+}
+
 // ---- driver --------------------------------------------------------------------------------
 
 const SCENARIOS = [
@@ -1120,6 +1204,7 @@ const SCENARIOS = [
   { name: "9b tool-call and artifact events", fn: scTools },
   { name: "10 join mid-run with connectAgent() (no cursor)", fn: scJoin },
   { name: "11 live feed of a thread: runs of two clients, verifyEvents and the same messages", fn: scFeed },
+  { name: "12 join of an idle thread: ten past runs in one snapshot", fn: scIdleJoin, enabled: pipelineEnabled, skip: "AGUI_CONFORMANCE_PIPELINE=0" },
   { name: "self-check: broken stream is rejected", fn: scSelfCheck },
 ];
 

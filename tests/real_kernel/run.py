@@ -59,6 +59,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -807,6 +808,209 @@ def scenario_e(sc: Scenario, env: Env, port: int):
                              "ours/e/resume-after-restart", first, messages=history)
     target = os.path.join(cwd, "hello.txt")
     sc.expect(os.path.isfile(target), f"after restart + allow_once: {target} does not exist")
+
+
+# --------------------------------------------------------------------------------------------
+# h: the conversation, kept (src/history/): equal to what the streams carried, and after a kill
+# --------------------------------------------------------------------------------------------
+
+def reduce_messages(messages: list, events: list) -> None:
+    """@ag-ui/client's reducer (defaultApplyEvents) for the events this adapter sends."""
+    def find(mid):
+        return next((i for i, m in enumerate(messages) if m.get("id") == mid), None)
+    for e in events:
+        t = e.get("type")
+        if t in ("TEXT_MESSAGE_START", "REASONING_MESSAGE_START"):
+            if find(e["messageId"]) is None:
+                role = e.get("role", "assistant") if t == "TEXT_MESSAGE_START" else "reasoning"
+                messages.append({"id": e["messageId"], "role": role, "content": ""})
+        elif t in ("TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT"):
+            m = messages[find(e["messageId"])]
+            m["content"] += e.get("delta", "")
+        elif t == "TOOL_CALL_START":
+            call = {"id": e["toolCallId"], "type": "function",
+                    "function": {"name": e["toolCallName"], "arguments": ""}}
+            parent = e.get("parentMessageId")
+            i = find(parent) if parent else None
+            if i is not None and messages[i]["role"] == "assistant":
+                messages[i].setdefault("toolCalls", []).append(call)
+            else:
+                mid = parent if parent and i is None else e["toolCallId"]
+                messages.append({"id": mid, "role": "assistant", "toolCalls": [call]})
+        elif t == "TOOL_CALL_ARGS":
+            for m in messages:
+                for c in m.get("toolCalls") or []:
+                    if c["id"] == e["toolCallId"]:
+                        c["function"]["arguments"] += e.get("delta", "")
+        elif t == "TOOL_CALL_RESULT":
+            result = {"id": e["messageId"], "role": "tool", "toolCallId": e["toolCallId"],
+                      "content": e.get("content")}
+            owner = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"
+                          and any(c["id"] == e["toolCallId"] for c in m.get("toolCalls") or [])),
+                         None)
+            if owner is None:
+                messages.append(result)
+            else:
+                at = owner + 1
+                while at < len(messages) and messages[at].get("role") == "tool":
+                    at += 1
+                messages.insert(at, result)
+        elif t == "ACTIVITY_SNAPSHOT":
+            m = {"id": e["messageId"], "role": "activity", "activityType": e.get("activityType"),
+                 "content": e.get("content")}
+            i = find(e["messageId"])
+            if i is None:
+                messages.append(m)
+            else:
+                messages[i] = m
+        elif t == "MESSAGES_SNAPSHOT":
+            messages[:] = list(e.get("messages") or [])
+
+
+def interrupt_message(it: dict, answer_=None) -> dict:
+    return {"id": f"interrupt-{it['id']}", "role": "activity", "activityType": "iac-code.interrupt",
+            "content": {"interrupt": it, "answer": answer_}}
+
+
+def history_pages(port: int, thread: str, ros: str, limit: int) -> list:
+    """GET …/threads/{thread}/messages page by page, newest first, put back in order."""
+    kept, before = [], ""
+    for _ in range(1000):
+        path = (f"/extensions/iac-code/v1/threads/{urllib.parse.quote(thread)}/messages"
+                f"?rosInvocationId={ros}&limit={limit}{before}")
+        status, page = http_json(port, "GET", path)
+        if status != 200:
+            raise Failed(f"history route: HTTP {status} {page}")
+        kept = page["messages"] + kept
+        if not page.get("nextCursor"):
+            return kept
+        before = f"&before={page['nextCursor']}"
+    raise Failed("history route: no end of pages")
+
+
+def canon(v) -> str:
+    return json.dumps(v, sort_keys=True, ensure_ascii=False)
+
+
+def compare_kept(sc, kept: list, expected: list, what: str) -> None:
+    sc.expect(len(kept) == len(expected),
+              f"{what}: {len(kept)} messages kept, {len(expected)} carried by the streams: "
+              f"{[m.get('role') for m in kept]} vs {[m.get('role') for m in expected]}")
+    for i, (k, e) in enumerate(zip(kept, expected)):
+        if canon(k) != canon(e):
+            sc.expect(False, f"{what}: message {i} kept {canon(k)[:300]} vs streamed {canon(e)[:300]}")
+            break
+
+
+def scenario_h(sc: Scenario, env: Env):
+    """Three turns on one thread: a write_file approval (allow once), a reasoning turn, a selling
+    pipeline run (its question, side permission and selection answered). The history route and
+    the idle join give, message by message, what a client reducing every stream built (plus the
+    user's messages and each interrupt with its answer); verifyEvents accepts the join. Then the
+    adapter is SIGKILLed mid-turn: after the restart the user's message and the text sent so far
+    are kept; the next turn completes the cut message from the kernel's task."""
+    port = env.ours_port
+    thread, _, ros = ids("ours-h")
+    cwd = env.cwd("ours-h")
+    expected: list = []
+
+    def turn(body: dict, label: str) -> Stream:
+        st = post_run(port, body, label)
+        check_run_envelope(sc, st, thread, body["runId"], label)
+        for m in (body.get("messages") or [])[-1:]:
+            expected.append({"id": m["id"], "role": "user", "content": m["content"]})
+        reduce_messages(expected, st.events)
+        expected.extend(interrupt_message(it) for it in st.interrupts())
+        return st
+
+    def answered(st: Stream, make, label: str) -> Stream:
+        for n in range(PIPELINE_MAX_RUNS):
+            if st.outcome_type() != "interrupt":
+                return st
+            resume = [{"interruptId": it["id"], "status": "resolved",
+                       "payload": answer_payload(it)} for it in st.interrupts()]
+            for r in resume:
+                m = next(m for m in expected if m["id"] == f"interrupt-{r['interruptId']}")
+                m["content"]["answer"] = {"status": "resolved", "payload": r["payload"]}
+            st = turn(make(resume), f"{label}/answer{n + 1}")
+        return st
+
+    run = lambda: f"run-{uuid.uuid4()}"   # noqa: E731
+    st = turn(run_input(thread, run(), ros, cwd, write_prompt(cwd)), "ours/h/turn1")
+    sc.require(st.outcome_type() == "interrupt", f"turn 1: {st.summary()}")
+    st = answered(st, lambda r: run_input(thread, run(), ros, cwd, resume=r), "ours/h/turn1")
+    sc.expect(st.outcome_type() == "success", f"turn 1 answered: {st.summary()}")
+    st = turn(run_input(thread, run(), ros, cwd, think_prompt(cwd)), "ours/h/turn2")
+    sc.expect(st.outcome_type() == "success", f"turn 2: {st.summary()}")
+    st = turn(pipeline_input(thread, run(), ros, cwd, text=PIPELINE_PROMPT), "ours/h/turn3")
+    st = answered(st, lambda r: pipeline_input(thread, run(), ros, cwd, resume=r), "ours/h/turn3")
+    sc.expect(st.outcome_type() == "success", f"turn 3 (pipeline): {st.summary()}")
+    roles = {m.get("role") for m in expected}
+    sc.expect({"user", "assistant", "tool", "reasoning", "activity"} <= roles, f"roles {roles}")
+    answers = [m for m in expected if m.get("activityType") == "iac-code.interrupt"]
+    sc.expect(len(answers) >= 4, f"{len(answers)} interrupts (approval + the pipeline's three)")
+    kept = history_pages(port, thread, ros, 7)
+    compare_kept(sc, kept, expected, "history route")
+    status, look = http_json(port, "GET", f"/extensions/iac-code/v1/threads/{thread}?rosInvocationId={ros}")
+    sc.require(status == 200 and look.get("state") == "idle", f"lookup: {status} {look}")
+    join = read_frames(port, f"/extensions/iac-code/v1/executions/{look['executionId']}/subscribe",
+                       observe_body(thread, look["runId"], ros))
+    events = [e for _, e in join.frames]
+    sc.expect([e.get("type") for e in events] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"],
+              f"idle join: {compact_tokens(events)}")
+    if len(events) == 3:
+        compare_kept(sc, events[1]["messages"], expected, "idle join")
+    verify_with_client(sc, events, "idle join of three turns", env)
+    sc.note(f"{len(expected)} messages kept over {len(STREAMS)} streams; idle join verified")
+    killed_turn(sc, env, thread, ros, cwd, expected)
+
+
+def killed_turn(sc, env: Env, thread: str, ros: str, cwd: str, expected: list) -> None:
+    """The adapter SIGKILLed while a turn streams text; the history after the restart, and after
+    the next turn (which repairs the execution and completes the cut message from GetTask)."""
+    label = f"ours/h/killed-{uuid.uuid4().hex[:6]}"
+    body = run_input(thread, f"run-{uuid.uuid4()}", ros, cwd,
+                     f"Describe a VPC template. [[pace=0.4]] [[cwd={cwd}]]")
+    reader = threading.Thread(target=post_run, args=(env.ours_port, body, label), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 30
+    st = None
+    while time.monotonic() < deadline:
+        st = next((x for x in STREAMS if x.label == label), None)
+        if st is not None and len(st.all("TEXT_MESSAGE_CONTENT")) >= 3:
+            break
+        time.sleep(0.05)
+    sc.require(st is not None and len(st.all("TEXT_MESSAGE_CONTENT")) >= 3,
+               f"killed turn: no text streamed: {st.summary() if st else None}")
+    old = env.ours
+    old.kill(signal.SIGKILL, grace=5)
+    CHILDREN.remove(old)
+    reader.join(timeout=10)
+    STREAMS.remove(st)   # cut by the kill: not a whole stream for scenario f
+    seen = "".join(e.get("delta", "") for e in st.all("TEXT_MESSAGE_CONTENT"))
+    mid = st.first("TEXT_MESSAGE_START")["messageId"]
+    env.start_ours()
+    kept = history_pages(env.ours_port, thread, ros, 50)
+    sc.expect(any(m["id"] == body["messages"][0]["id"] for m in kept),
+              "killed turn: the user's message was not kept")
+    cut = next((m for m in kept if m["id"] == mid), None)
+    sc.require(cut is not None, f"killed turn: message {mid} not kept: {kept[-3:]}")
+    words = cut["content"].split()
+    sc.expect(words and LLM_TEXT.split()[:len(words)] == words
+              and len(words) >= len(seen.split()) - 1,
+              f"killed turn: kept {cut['content']!r}, the client had {seen!r}")
+    sc.expect(canon(kept[:len(expected)]) == canon(expected),
+              "killed turn: the earlier turns changed")
+    time.sleep(0.4 * len(LLM_TEXT.split()) + 2)   # the kernel's task runs on to its end
+    st = post_run(env.ours_port, run_input(thread, f"run-{uuid.uuid4()}", ros, cwd,
+                                           text_prompt(cwd)), "ours/h/after-kill")
+    sc.expect(st.outcome_type() == "success", f"the turn after the kill: {st.summary()}")
+    kept = history_pages(env.ours_port, thread, ros, 50)
+    done = next((m for m in kept if m["id"] == mid), {})
+    sc.expect(done.get("content", "").split() == LLM_TEXT.split(),
+              f"killed turn: not completed from the kernel: {done.get('content')!r}")
+    sc.note(f"killed after {len(seen.split())} words sent; kept {len(words)}; completed to "
+            f"{len(done.get('content', '').split())} from GetTask")
 
 
 # --------------------------------------------------------------------------------------------
@@ -2417,6 +2621,15 @@ def main() -> int:
             ok = not failed
             print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
             return 0 if ok else 1
+        if os.environ.get("REAL_KERNEL_HISTORY") == "only":   # the conversation scenario alone
+            run_scenario("h", "conversation kept: three turns, idle join, SIGKILL mid-turn",
+                         scenario_h, env)
+            run_scenario("f", "every event validates with ag-ui-protocol 1.0.0 and @ag-ui/client",
+                         scenario_f, env)
+            failed = [r for r in RESULTS if r.status == "FAIL"]
+            ok = not failed
+            print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+            return 0 if ok else 1
         if os.environ.get("REAL_KERNEL_RESUME") == "only":   # the resume scenarios alone
             run_scenario("r", "resumable streams", scenario_r, env)
             run_scenario("r4", "no grace: a client that left frees its thread", scenario_r4,
@@ -2434,6 +2647,8 @@ def main() -> int:
                      port)
         run_scenario("m", "default managed kernel: token, thinking exposure, REASONING_*",
                      scenario_m, env)
+        run_scenario("h", "conversation kept: three turns (approval, reasoning, pipeline) equal "
+                          "to the streams, idle join, SIGKILL mid-turn", scenario_h, env)
         if os.environ.get("REAL_KERNEL_PIPELINE") != "0":   # REAL_KERNEL_PIPELINE=0 skips it
             run_scenario("p", "selling pipeline: question, side permission, candidates, selection,"
                               " deploying (vs the reference)", scenario_p, env)
