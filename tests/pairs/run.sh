@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Several adapter + kernel pairs behind Debian's HAProxy, driven by the official @ag-ui/client.
 #
-#   bash tests/pairs/run.sh            (SKIP_PAIRS=1 skips it; PAIRS_THREADS=300 by default)
+#   bash tests/pairs/run.sh            (SKIP_PAIRS=1 skips it; PAIRS_THREADS=300, PAIRS_USERS=12
+#                                      (routed by X-AGUI-User-Id, 3 threads each) by default)
 #   PAIRS_REAL_KERNEL=1 bash tests/pairs/run.sh
 #                                      the one pass with the real kernel (PAIRS_THREADS=6 by
 #                                      default; REAL_KERNEL_VENV, default target/real-kernel-venv,
 #                                      from tests/real_kernel/setup.sh)
 #
+# First, `haproxy -c` on the shipped contrib/deploy/haproxy.cfg as a fresh host has it (no maps).
 # Starts on 127.0.0.1: four fake kernels, pairs 1-3 through contrib/deploy/pairs.sh (--pair-mode,
 # each its own port, config dir and state dir), and HAProxy with contrib/deploy/haproxy.cfg (ports
 # rewritten). nginx.mjs checks contrib/deploy/nginx-pairs.conf's routing in Debian's nginx first;
