@@ -167,9 +167,10 @@ impl Thread {
         let deadline = Instant::now() + wait;
         let mut held = self.held.lock();
         loop {
+            // A run with no frame yet comes next, unless it ended so (nothing to follow).
             let next = held.runs.iter().find(|f| {
-                let first = f.span().0;
-                first == 0 || first > after
+                let (first, _, ended) = f.span();
+                (first == 0 && !ended) || first > after
             });
             if let Some(feed) = next {
                 return Some((feed.clone(), held.dropped_first > after));
@@ -394,4 +395,55 @@ pub(crate) fn gap_run(thread_id: &str, past: Option<Vec<Value>>) -> Vec<Value> {
                        "timestamp": now}),
     );
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::Feeds;
+
+    fn ids_of(body: &[u8]) -> Vec<String> {
+        String::from_utf8_lossy(body)
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: ").map(String::from))
+            .collect()
+    }
+
+    /// A run of two frames, ended: its feed and its cursors.
+    fn ended_run(feeds: &Feeds, thread: &Thread, exec: &str) -> (Arc<Feed>, Vec<String>) {
+        let feed = feeds.open(exec);
+        thread.add(&feed);
+        let body = feed.push(&[
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": exec}),
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": exec}),
+        ]);
+        feeds.ended(exec, &feed);
+        (feed, ids_of(&body))
+    }
+
+    #[test]
+    fn a_thread_keeps_the_newest_ended_run_and_says_when_a_cursor_is_no_longer_held() {
+        let feeds = Feeds::start(1 << 16, Duration::ZERO);
+        let thread = ThreadFeeds::start().follow("t").thread.clone();
+        let (_, c1) = ended_run(&feeds, &thread, "e1");
+        let (f2, c2) = ended_run(&feeds, &thread, "e2");
+        let (f3, c3) = ended_run(&feeds, &thread, "e3");
+        let mut held = thread.held.lock();
+        held.prune(); // as the sweep does every second
+                      // Only the newest ended run is held; the ones before are counted as dropped.
+        assert_eq!(held.runs.len(), 1);
+        assert!(Arc::ptr_eq(&held.runs[0], &f3));
+        assert!(matches!(held.resolve(&c3[0]), Resolved::In(_, _)));
+        // The end of run 2: run 3 (held) follows, nothing missed.
+        assert!(matches!(held.resolve(&c2[1]), Resolved::Between(_, false)));
+        // Inside run 2, or at the end of run 1 (run 2 dropped since): a gap.
+        assert!(matches!(held.resolve(&c2[0]), Resolved::Between(_, true)));
+        assert!(matches!(held.resolve(&c1[1]), Resolved::Between(_, true)));
+        assert!(matches!(held.resolve("garbage"), Resolved::Unknown));
+        drop(held);
+        assert!(
+            Arc::strong_count(&f2) == 1,
+            "a dropped run's buffer is freed"
+        );
+    }
 }

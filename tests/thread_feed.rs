@@ -445,3 +445,81 @@ fn an_idle_feed_gets_heartbeats() {
         "{beats} heartbeats in 1.5 s at a 0.2 s interval"
     );
 }
+
+#[test]
+fn a_run_that_outgrew_the_buffer_is_entered_by_its_join_and_an_evicted_cursor_gets_a_gap_first() {
+    let (k, a) = setup(&["--replay-buffer-bytes", "4096"]);
+    let mut steps: Vec<Step> = (0..60)
+        .map(|i| text(&format!("chunk {i:02} of the answer. ")))
+        .collect();
+    steps.push(Step::Gate("go".into()));
+    steps.push(text("The end."));
+    steps.push(done());
+    k.script("long-gated", steps);
+    known_thread(&a, "t-big");
+    let early = open_feed(&a, "t-big", None);
+    let (url, body) = (
+        a.url.clone(),
+        a.request("t-big", "r1", "scenario:long-gated"),
+    );
+    let run = std::thread::spawn(move || {
+        let resp = agent()
+            .post(format!("{url}/"))
+            .header("Content-Type", "application/json")
+            .send(serde_json::to_vec(&body).unwrap())
+            .unwrap();
+        frames_of(resp.into_body().into_reader())
+    });
+    // (A feed that falls behind the 4 KiB ring while reading the run ends its response: it only
+    // gives the first cursor here.)
+    let first = early.until("RUN_STARTED");
+    assert!(eventually(10, || a.thread_lookup("t-big", INVOCATION).1
+        ["state"]
+        == "running"));
+    std::thread::sleep(Duration::from_millis(500)); // the 60 chunks outgrow the 4 KiB ring
+                                                    // Opened now: the run's first frames are gone, so the feed enters it by its join.
+    let late = open_feed(&a, "t-big", None);
+    // A cursor of a frame dropped since: a gap run first, then the join.
+    let stale = open_feed(&a, "t-big", Some(&first[0].0));
+    k.open("go");
+    let own = run.join().unwrap();
+    let text_of = |frames: &[Frame]| -> String {
+        let mut text = String::new();
+        for (_, e) in frames {
+            if e["type"] == "TEXT_MESSAGE_CONTENT" {
+                text.push_str(e["delta"].as_str().unwrap());
+            }
+            for m in e["messages"].as_array().into_iter().flatten() {
+                if m["role"] == "assistant" {
+                    text.push_str(m["content"].as_str().unwrap_or(""));
+                }
+            }
+        }
+        text
+    };
+    let late = late.runs(1);
+    assert_eq!(late[0].1["type"], "RUN_STARTED");
+    assert!(
+        types(&late).contains(&"MESSAGES_SNAPSHOT"),
+        "{:?}",
+        types(&late)
+    );
+    assert_eq!(
+        text_of(&late),
+        text_of(&own),
+        "the join and the rest: the whole text"
+    );
+    assert_eq!(
+        late.last(),
+        own.last(),
+        "the run's own end, with its cursor"
+    );
+    let stale = stale.runs(2);
+    assert_eq!(
+        types(&stale)[..3],
+        ["RUN_STARTED", "CUSTOM", "RUN_FINISHED"]
+    );
+    assert_eq!(stale[1].1["name"], "iac-code.feed.gap");
+    assert_eq!(text_of(&stale[3..]), text_of(&own));
+    early.cut();
+}
