@@ -10,13 +10,53 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
-/// What the scan reads of a state file: the rest of the document is skipped unparsed.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// What the scan reads of a state file: its thread id and bound user, `Some(None)` for a file
+/// bound to no user.
+#[derive(Default)]
 struct Binding {
-    thread_id: String,
-    user_id: Option<String>,
+    thread_id: Option<String>,
+    user_id: Option<Option<String>>,
 }
+
+/// Fills a [`Binding`] from a state file's top-level object and stops the parse as soon as both
+/// keys are read (with an error the caller ignores): they are among the first keys of every state
+/// file (the reference's layout and ours), so the run digests after them are never parsed.
+struct Visit<'a>(&'a mut Binding);
+
+impl<'de> serde::de::Visitor<'de> for Visit<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a thread state document")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "threadId" => self.0.thread_id = Some(map.next_value()?),
+                "userId" => self.0.user_id = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            if self.0.thread_id.is_some() && self.0.user_id.is_some() {
+                return Err(serde::de::Error::custom("read enough"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The binding at the start of `bytes` (a whole file or its first bytes).
+fn binding_of(bytes: &[u8]) -> Option<(String, Option<String>)> {
+    let mut found = Binding::default();
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let _ = serde::Deserializer::deserialize_map(&mut de, Visit(&mut found));
+    Some((found.thread_id?, found.user_id?))
+}
+
+/// How much of a state file is read first: its first keys, whatever its run digests.
+const PREFIX: usize = 4096;
 
 /// Files recorded into the index per lock, so live writes are never held up long.
 const BATCH: usize = 256;
@@ -83,10 +123,18 @@ fn read_binding(path: &Path, buf: &mut Vec<u8>) -> Option<(String, String, u64)>
         return None;
     }
     buf.clear();
-    file.read_to_end(buf).ok()?;
-    let binding: Binding = serde_json::from_slice(buf).ok()?;
+    (&mut file).take(PREFIX as u64).read_to_end(buf).ok()?;
+    let (thread_id, user_id) = match binding_of(buf) {
+        Some(found) => found,
+        // Keys in another order, or a very long `cwd`: the whole file.
+        None if buf.len() == PREFIX => {
+            file.read_to_end(buf).ok()?;
+            binding_of(buf)?
+        }
+        None => return None,
+    };
     let mtime_ms = meta.mtime().max(0) as u64 * 1000 + meta.mtime_nsec().max(0) as u64 / 1_000_000;
-    Some((binding.thread_id, binding.user_id?, mtime_ms))
+    Some((thread_id, user_id?, mtime_ms))
 }
 
 /// The header line written first in a conversation log.
@@ -167,9 +215,19 @@ mod tests {
         std::fs::write(dir.join("b.json"), doc("b", "null")).unwrap();
         std::fs::write(dir.join("c.json"), doc("a", "\"alice\"")).unwrap();
         std::fs::write(dir.join("d.json"), "not json").unwrap();
+        // Keys in another order, the binding after the first 4 KiB.
+        let late = format!(
+            r#"{{"pad":"{}","userId":"alice","threadId":"f"}}"#,
+            "x".repeat(PREFIX)
+        );
+        std::fs::write(dir.join("f.json"), late).unwrap();
         std::fs::write(dir.join(".atomicwrite-tmp"), doc("e", "\"alice\"")).unwrap();
         let index = ThreadIndex::default();
-        assert_eq!(scan(&dir, &index), 1);
+        assert_eq!(scan(&dir, &index), 2);
+        let page = index.page("alice", None, 10);
+        let listed: Vec<&str> = page.rows.iter().map(|r| r.thread_id.as_str()).collect();
+        assert_eq!(listed.len(), 2);
+        assert!(listed.contains(&"a") && listed.contains(&"f"), "{listed:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
