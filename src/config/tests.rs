@@ -423,3 +423,16 @@ fn allowed_host_repeats_and_env_is_comma_separated() {
         assert_eq!(is_loopback_host(host), lo, "{host}");
     }
 }
+
+#[test]
+fn the_history_cap_defaults_to_1000_and_zero_keeps_none() {
+    assert_eq!(config(&[], &[]).history_max_messages, 1000);
+    let c = config(
+        &["--history-max-messages", "0"],
+        &[("IAC_CODE_AGUI_HISTORY_MAX_MESSAGES", "5")],
+    );
+    assert_eq!(c.history_max_messages, 0);
+    let c = config(&[], &[("IAC_CODE_AGUI_HISTORY_MAX_MESSAGES", "5")]);
+    assert_eq!(c.history_max_messages, 5);
+    assert!(parse(&["--history-max-messages", "-1"], &[]).is_err());
+}

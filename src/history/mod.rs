@@ -121,8 +121,17 @@ impl History {
         }
     }
 
+    /// A whole turn kept as a run keeps it: the user's message, then the events the run wrote
+    /// (the benches' way in; hidden).
+    #[doc(hidden)]
+    pub fn keep_turn(&self, thread_id: &str, message_id: &str, text: &str, events: &[Value]) {
+        self.user(thread_id, message_id, &json!([{ "text": text }]));
+        Recorder::new(self, thread_id).observe(events);
+    }
+
     /// Makes the thread's log durable (called where its state file is saved).
-    pub(crate) fn sync(&self, thread_id: &str) {
+    #[doc(hidden)]
+    pub fn sync(&self, thread_id: &str) {
         let writer = self.writer(thread_id);
         let slot = writer.lock();
         if let Some(log) = slot.as_ref() {
