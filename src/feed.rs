@@ -26,6 +26,10 @@ use std::time::{Duration, Instant};
 
 type Hook = Box<dyn Fn() + Send + Sync>;
 
+/// The most a reader copies out of a ring at once: a reader far behind (an observer, a thread's
+/// feed) holds this much in transit, not the whole ring.
+const COPY_MAX: usize = 64 * 1024;
+
 /// The feeds of this process, by execution id (one per execution: a resume replaces it).
 pub struct Feeds {
     map: Arc<Mutex<HashMap<String, Arc<Feed>>>>,
@@ -344,7 +348,7 @@ impl Feed {
             }
             if st.ring.last > *after {
                 let mut body = Vec::new();
-                let (count, last) = st.ring.copy_after(*after, &mut body);
+                let (count, last) = st.ring.copy_after(*after, &mut body, COPY_MAX);
                 *after = last;
                 return Next::Frames(body, count);
             }

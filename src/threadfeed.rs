@@ -115,13 +115,6 @@ impl ThreadFeeds {
             past: Box::new(|| None),
         }
     }
-
-    /// Threads held and the runs they hold (tests, the bench's figure).
-    pub fn held(&self) -> (usize, usize) {
-        let map = self.map.lock();
-        let runs = map.values().map(|t| t.held.lock().runs.len()).sum();
-        (map.len(), runs)
-    }
 }
 
 /// Drops the threads whose last feed closed more than `linger` ago, and the ended runs a thread
@@ -162,8 +155,9 @@ impl Thread {
     }
 
     /// The first held run that began after position `after` (waiting up to `wait` for one), and
-    /// whether a run between was dropped.
-    fn next_after(&self, after: u64, wait: Duration) -> Option<(Arc<Feed>, bool)> {
+    /// the first position of the newest run no longer held (a run between was dropped when it is
+    /// after `after`).
+    fn next_after(&self, after: u64, wait: Duration) -> Option<(Arc<Feed>, u64)> {
         let deadline = Instant::now() + wait;
         let mut held = self.held.lock();
         loop {
@@ -173,7 +167,7 @@ impl Thread {
                 (first == 0 && !ended) || first > after
             });
             if let Some(feed) = next {
-                return Some((feed.clone(), held.dropped_first > after));
+                return Some((feed.clone(), held.dropped_first));
             }
             if self.changed.wait_until(&mut held, deadline).timed_out() {
                 return None;
@@ -280,6 +274,9 @@ enum At {
 /// Streams the feed until its client leaves (or falls behind a run's buffer: then the stream
 /// ends, and the client's reconnection resumes by its cursor).
 pub(crate) fn follow(f: Follower, stream: &SseStream) {
+    // Runs dropped before the feed opened are not missed by it: its opening said so (a gap run)
+    // when its cursor needed them.
+    let mut told = f.thread.held.lock().dropped_first;
     let Some(mut at) = opening(&f, stream) else {
         return;
     };
@@ -300,10 +297,12 @@ pub(crate) fn follow(f: Follower, stream: &SseStream) {
                 }
             },
             At::After(after) => match f.thread.next_after(after, WAIT) {
-                Some((feed, dropped)) => {
+                Some((feed, dropped_first)) => {
+                    let dropped = dropped_first > after.max(told);
                     if dropped && !send_gap(&f, stream, feed.span().0.saturating_sub(1)) {
                         return;
                     }
+                    told = told.max(dropped_first);
                     match enter(&f, &feed, stream) {
                         Some(at) => at,
                         None => return,

@@ -112,11 +112,14 @@ impl Ring {
         }
     }
 
-    /// Appends the frames after position `after` to `out`: how many, and the position of the
-    /// last one (`after` if none).
-    pub(super) fn copy_after(&self, after: u64, out: &mut Vec<u8>) -> (usize, u64) {
+    /// Appends the frames after position `after` to `out`, stopping once it holds `limit` bytes
+    /// (at least one frame): how many, and the position of the last one (`after` if none).
+    pub(super) fn copy_after(&self, after: u64, out: &mut Vec<u8>, limit: usize) -> (usize, u64) {
         let (mut count, mut last) = (0, after);
         for e in self.frames.iter().filter(|e| e.seq > after) {
+            if count > 0 && out.len() >= limit {
+                break;
+            }
             let block = &self.blocks[(e.block - self.first_block) as usize];
             out.extend_from_slice(&block[e.start..e.end]);
             count += 1;
@@ -132,7 +135,7 @@ mod tests {
 
     fn frames_after(ring: &Ring, after: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        ring.copy_after(after, &mut out);
+        ring.copy_after(after, &mut out, usize::MAX);
         out
     }
 
@@ -150,6 +153,10 @@ mod tests {
         assert_eq!(ring.evicted, 200 - held);
         let want: Vec<u8> = (198..=200).flat_map(frame).collect();
         assert_eq!(frames_after(&ring, 197), want);
+        // A reader copies at most about `limit` bytes at once, and always a frame.
+        let mut out = Vec::new();
+        assert_eq!(ring.copy_after(197, &mut out, 1), (1, 198));
+        assert_eq!(out, frame(198));
         // Blocks of evicted frames are released: what is allocated stays near the cap.
         let allocated: usize = ring.blocks.iter().map(Vec::capacity).sum();
         assert!(allocated <= 10_000 + 2 * ring.block_size, "{allocated}");

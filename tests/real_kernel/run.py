@@ -1557,6 +1557,9 @@ def scenario_g(sc: Scenario, env: Env, ours_a: Scenario, ours_b: Scenario, ours_
 DELIBERATE_DIFFERENCES = [
     (r"^RUN_FINISHED outcome\.interrupts\[\d+\]\.expiresAt$",
      "ours carries expiresAt on the interrupt, as the spec's example does; the reference's has none"),
+    (r"^RUN_STARTED input$",
+     "ours echoes the turn's user message in RUN_STARTED.input (a thread's live feed needs it); "
+     "the reference sends no input"),
 ]
 # the field names whose string values are identifiers (each side numbers them by first use)
 ID_KEYS = {"id", "threadId", "runId", "parentRunId", "messageId", "parentMessageId", "toolCallId",
