@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
-use test_support::{adapter_bin, agent, free_port, post_run};
+use test_support::{adapter_bin, free_port, post_run};
 
 const THREADS: usize = 10_000;
 const TURNS: usize = 50;
@@ -232,9 +232,9 @@ fn startup_section(out: &mut String, kernel: &str, state: &Path, empty: &Path) {
                 let s = start(bin, kernel, dir);
                 health.push(ms(s.health));
                 if *lists {
-                    let url = format!("{}/extensions/iac-code/v1/threads?userId=u-heavy", s.url);
-                    let resp = agent().get(url).call().unwrap();
-                    assert_eq!(resp.status(), 200);
+                    let (status, _) =
+                        Conn::open(&s.url).get("/extensions/iac-code/v1/threads?userId=u-heavy");
+                    assert_eq!(status, 200);
                     listed.push(ms(t0.elapsed()));
                 }
             }
@@ -243,28 +243,73 @@ fn startup_section(out: &mut String, kernel: &str, state: &Path, empty: &Path) {
             let list = listed
                 .get(listed.len() / 2)
                 .map_or("—".into(), |m| format!("{m:.1} ms"));
-            out.push_str(&format!(
+            let line = format!(
                 "| {name} | {what} | {:.2} ms | {:.2} ms | {:.2} ms | {list} |\n",
                 health[health.len() / 2],
                 health[0],
                 health[health.len() - 1]
-            ));
+            );
+            eprint!("[bench] {line}");
+            out.push_str(&line);
         }
     }
     out.push('\n');
 }
 
-/// `REQUESTS` GETs of `url` on one keep-alive connection: p50, p99, max in ms, and the last body.
-fn measure(url: &str) -> (f64, f64, f64, Value) {
-    let agent = agent();
+/// A keep-alive HTTP/1.1 connection that writes each request in one segment (`TCP_NODELAY`),
+/// as a browser does: a client that writes a request in pieces with Nagle's algorithm on measures
+/// the server's delayed ACK (40 ms), not the server.
+struct Conn {
+    s: TcpStream,
+    host: String,
+}
+
+impl Conn {
+    fn open(url: &str) -> Conn {
+        let host = url.trim_start_matches("http://").to_string();
+        let s = TcpStream::connect(&host).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        Conn { s, host }
+    }
+
+    /// `GET path`: the status and the body.
+    fn get(&mut self, path: &str) -> (u16, Vec<u8>) {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", self.host);
+        self.s.write_all(req.as_bytes()).unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            self.s.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let status = head[9..12].parse().unwrap();
+        let length = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().unwrap())
+            })
+            .expect("a Content-Length");
+        let mut body = vec![0u8; length];
+        self.s.read_exact(&mut body).unwrap();
+        (status, body)
+    }
+}
+
+/// `REQUESTS` GETs of `path` on one keep-alive connection: p50, p99, max in ms, and the last body.
+fn measure(url: &str, path: &str) -> (f64, f64, f64, Value) {
+    let mut conn = Conn::open(url);
     let mut times = Vec::with_capacity(REQUESTS);
     let mut body = Value::Null;
     for _ in 0..REQUESTS {
         let t = Instant::now();
-        let resp = agent.get(url).call().unwrap();
-        let text = resp.into_body().read_to_string().unwrap();
+        let (status, bytes) = conn.get(path);
         times.push(ms(t.elapsed()));
-        body = serde_json::from_str(&text).unwrap();
+        assert_eq!(status, 200);
+        body = serde_json::from_slice(&bytes).unwrap();
     }
     times.sort_by(f64::total_cmp);
     (
@@ -277,13 +322,13 @@ fn measure(url: &str) -> (f64, f64, f64, Value) {
 
 fn pages_section(out: &mut String, kernel: &FakeKernel, state: &Path) {
     let s = start(adapter_bin(), &kernel.url, state);
-    let base = format!("{}/extensions/iac-code/v1/threads", s.url);
+    let base = "/extensions/iac-code/v1/threads";
     out.push_str(&format!(
         "## Pages ({REQUESTS} requests each, one keep-alive connection; target: first page p99 < 20 ms)\n\n\
          | request | threads in the answer | p50 | p99 | max |\n|---|---|---|---|---|\n"
     ));
     let first = format!("{base}?userId=u-heavy");
-    let cursor = measure(&first).3["nextCursor"]
+    let cursor = measure(&s.url, &first).3["nextCursor"]
         .as_str()
         .unwrap()
         .to_string();
@@ -305,8 +350,8 @@ fn pages_section(out: &mut String, kernel: &FakeKernel, state: &Path) {
             format!("{first}&cursor={cursor}"),
         ),
     ];
-    for (what, url) in cases {
-        row(out, what, &url);
+    for (what, path) in cases {
+        row(out, what, &s.url, &path);
     }
     // The same while 4 clients run turns all along on threads of the user (their own, so that
     // the generated state dir stays as it was for the next run).
@@ -334,6 +379,7 @@ fn pages_section(out: &mut String, kernel: &FakeKernel, state: &Path) {
     row(
         out,
         "first page (limit 20) while 4 clients run turns on its threads",
+        &s.url,
         &first,
     );
     stop.store(true, Ordering::SeqCst);
@@ -348,8 +394,8 @@ fn pages_section(out: &mut String, kernel: &FakeKernel, state: &Path) {
     }
 }
 
-fn row(out: &mut String, what: &str, url: &str) {
-    let (p50, p99, max, body) = measure(url);
+fn row(out: &mut String, what: &str, url: &str, path: &str) {
+    let (p50, p99, max, body) = measure(url, path);
     let n = body["threads"].as_array().map_or(0, Vec::len);
     out.push_str(&format!(
         "| {what} | {n} | {p50:.2} ms | {p99:.2} ms | {max:.2} ms |\n"
