@@ -271,19 +271,13 @@ impl Feed {
         }
     }
 
-    /// Attaches an observer: an exact resume when `last_event_id` is a position still held,
-    /// else a join, whose snapshot starts with the thread's kept conversation (`past`; the
-    /// newest `limit` messages when given). The observer counts as a watcher until
-    /// [`Feed::unwatch`].
-    pub(crate) fn attach(
-        &self,
-        last_event_id: Option<&str>,
-        past: &[Value],
-        limit: Option<usize>,
-    ) -> Start {
+    /// Attaches an observer: an exact resume when `cursor` is a position still held, else a
+    /// join, whose snapshot starts with the thread's kept conversation (`past`; the newest `lim`
+    /// messages when given). The observer counts as a watcher until [`Feed::unwatch`].
+    pub(crate) fn attach(&self, cursor: Option<&str>, past: &[Value], lim: Option<usize>) -> Start {
         let mut st = self.state.lock();
         st.watchers += 1;
-        let held = last_event_id.and_then(cursor::parse).filter(|(tag, seq)| {
+        let held = cursor.and_then(cursor::parse).filter(|(tag, seq)| {
             let ring = &st.ring;
             *tag == self.tag
                 && ring.first > 0
@@ -293,7 +287,7 @@ impl Feed {
         if let Some((_, seq)) = held {
             return Start::Exact(seq);
         }
-        self.join_locked(st, past, limit)
+        self.join_locked(st, past, lim)
     }
 
     /// A join that is no watcher: a thread's live feed never keeps a run going nor lets it stop.
