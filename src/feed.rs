@@ -17,7 +17,7 @@ mod ring;
 use crate::events::{DeltaSpans, EventType, Serialized};
 use crate::stream::cursor;
 use fold::Fold;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard as Guard};
 use ring::Ring;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -271,19 +271,13 @@ impl Feed {
         }
     }
 
-    /// Attaches an observer: an exact resume when `last_event_id` is a position still held,
-    /// else a join, whose snapshot starts with the thread's kept conversation (`past`; the
-    /// newest `limit` messages when given). The observer counts as a watcher until
-    /// [`Feed::unwatch`].
-    pub(crate) fn attach(
-        &self,
-        last_event_id: Option<&str>,
-        past: &[Value],
-        limit: Option<usize>,
-    ) -> Start {
+    /// Attaches an observer: an exact resume when `cursor` is a position still held, else a
+    /// join, whose snapshot starts with the thread's kept conversation (`past`; the newest `lim`
+    /// messages when given). The observer counts as a watcher until [`Feed::unwatch`].
+    pub(crate) fn attach(&self, cursor: Option<&str>, past: &[Value], lim: Option<usize>) -> Start {
         let mut st = self.state.lock();
         st.watchers += 1;
-        let held = last_event_id.and_then(cursor::parse).filter(|(tag, seq)| {
+        let held = cursor.and_then(cursor::parse).filter(|(tag, seq)| {
             let ring = &st.ring;
             *tag == self.tag
                 && ring.first > 0
@@ -293,7 +287,7 @@ impl Feed {
         if let Some((_, seq)) = held {
             return Start::Exact(seq);
         }
-        self.join_locked(st, past, limit)
+        self.join_locked(st, past, lim)
     }
 
     /// A join of this run (the thread's kept conversation `past`, the turn so far, then the live
@@ -303,12 +297,7 @@ impl Feed {
         self.join_locked(self.state.lock(), past, None)
     }
 
-    fn join_locked(
-        &self,
-        mut st: parking_lot::MutexGuard<'_, State>,
-        past: &[Value],
-        limit: Option<usize>,
-    ) -> Start {
+    fn join_locked(&self, mut st: Guard<'_, State>, past: &[Value], lim: Option<usize>) -> Start {
         // A run that has just started: its first events are about to be pushed.
         let deadline = Instant::now() + Duration::from_secs(5);
         while st.fold.as_ref().is_some_and(|f| f.run_started.is_none())
@@ -317,7 +306,7 @@ impl Feed {
         let Some(fold) = st.fold.as_ref() else {
             return Start::Kernel;
         };
-        let events = fold.prelude(crate::ids::now_ms(), past, limit);
+        let events = fold.prelude(crate::ids::now_ms(), past, lim);
         let at = st.folded;
         let mut body = Vec::new();
         for (k, ev) in events.iter().enumerate() {

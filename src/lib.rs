@@ -27,7 +27,7 @@
 //! | `interrupts` | input waits as interrupts, resume answers as A2A messages |
 //! | [`stream`] | the client's SSE response and the heartbeat thread |
 //! | [`a2a`] | the JSON-RPC client, the typed view of a streamed frame, the `metadata.iac_code` keys |
-//! | [`store`] | per-thread JSON state files, atomically replaced |
+//! | [`store`] | per-thread JSON state files, atomically replaced; the thread list's index of them |
 //! | [`input`] | validation of `RunAgentInput` and `forwardedProps.iacCode` |
 //! | [`sse`] | the SSE parser (upstream) and frame writer (downstream) |
 //! | [`config`] | flags, environment, YAML (`--config`): one flag table |

@@ -67,6 +67,7 @@ pub enum Msg {
     CancelNotJson,
     // Several pairs (src/pairs.rs).
     ThreadHeaderMismatch,
+    UserHeaderMismatch,
     NotThisPair,
     // State files (src/store.rs).
     StateUnreadable,
@@ -625,6 +626,15 @@ impl Msg {
                 "Der Header {0} passt nicht zur threadId im Body.",
                 "{0} ヘッダーが本文の threadId と一致しません。",
                 "O cabeçalho {0} não corresponde ao threadId do corpo.",
+            ]),
+            Msg::UserHeaderMismatch => (InvalidInput, None, [
+                "The {0} header does not match the request's userId (forwardedProps.iacCode.userId, or the userId query).",
+                "{0} 头与请求中的 userId（forwardedProps.iacCode.userId 或查询参数 userId）不一致。",
+                "La cabecera {0} no coincide con el userId de la solicitud (forwardedProps.iacCode.userId o el parámetro userId).",
+                "L'en-tête {0} ne correspond pas au userId de la requête (forwardedProps.iacCode.userId, ou le paramètre userId).",
+                "Der Header {0} passt nicht zur userId der Anfrage (forwardedProps.iacCode.userId oder der Query-Parameter userId).",
+                "{0} ヘッダーがリクエストの userId（forwardedProps.iacCode.userId またはクエリの userId）と一致しません。",
+                "O cabeçalho {0} não corresponde ao userId da requisição (forwardedProps.iacCode.userId ou o parâmetro userId).",
             ]),
             Msg::NotThisPair => (StateUnavailable, None, [
                 "This thread is not held by this adapter pair: its conversation lives on another pair (down or restarting, or the set of pairs changed). Retry later; starting it over here would lose its history.",
@@ -1323,6 +1333,7 @@ pub(crate) const ALL: &[Msg] = &[
     Msg::ImagesTooLarge,
     Msg::CancelNotJson,
     Msg::ThreadHeaderMismatch,
+    Msg::UserHeaderMismatch,
     Msg::NotThisPair,
     Msg::StateUnreadable,
     Msg::StateEncodeFailed,

@@ -8,6 +8,10 @@
 //!
 //! - `X-AGUI-Thread-Id` (always honoured when present): a balancer that cannot read JSON bodies
 //!   (nginx) hashes on it, so it must name the body's thread, or the request is a 400.
+//! - `X-AGUI-User-Id` (always honoured when present): a balancer that routes a user's requests by
+//!   user (so that all of a user's threads live on one pair and the thread list there is complete)
+//!   hashes on it, so it must name the user the request binds or asks for (the body's
+//!   `forwardedProps.iacCode.userId`, the query's `userId`), or the request is a 400.
 //! - `--pair-mode`: a thread with no state file here whose request carries a `resume` or
 //!   conversation history is answered 503 `STATE_UNAVAILABLE` — its state is on another pair (down,
 //!   or the pairs changed); the client retries later. A thread with no history is new: admitted.
@@ -20,6 +24,21 @@ use serde::Deserialize;
 
 /// The optional header naming the request's thread, for balancers that hash on headers.
 pub(crate) const THREAD_HEADER: &str = "X-AGUI-Thread-Id";
+
+/// The optional header naming the request's user, for balancers that route a user's requests to
+/// one pair (contrib/deploy/haproxy.cfg).
+pub(crate) const USER_HEADER: &str = "X-AGUI-User-Id";
+
+/// `X-AGUI-User-Id`, when present, must name the user of the request: `user` is the body's
+/// `forwardedProps.iacCode.userId` of `POST /` (absent there is a mismatch too: the balancer
+/// would put a thread bound to nobody, or to another user, on this user's pair), or a route's
+/// `userId` query (checked only when given; such a route may be asked by `rosInvocationId`).
+pub(crate) fn check_user_header(header: Option<&str>, user: Option<&str>) -> Result<(), Error> {
+    match header.map(str::trim).filter(|h| !h.is_empty()) {
+        Some(h) if user != Some(h) => Err(Msg::UserHeaderMismatch.with(&[&USER_HEADER])),
+        _ => Ok(()),
+    }
+}
 
 /// Both checks for `POST /`, once the body parsed: header against body, then ownership.
 pub(crate) fn check_run(
@@ -184,6 +203,18 @@ mod tests {
         assert!(check_cancel(PairMode::Single, &s, Some("u"), cancel).is_err());
         assert!(check_cancel(PairMode::Single, &s, Some("t"), cancel).is_ok());
         assert!(check_cancel(PairMode::Single, &s, Some("t"), b"not json").is_ok());
+    }
+
+    #[test]
+    fn a_user_header_that_disagrees_with_the_body_or_query_is_invalid_input() {
+        let e = check_user_header(Some("alice"), Some("bob")).unwrap_err();
+        assert_eq!((e.code, e.status()), (Code::InvalidInput, 400));
+        assert!(e.to_string().contains(USER_HEADER), "{e}");
+        assert!(check_user_header(Some("alice"), None).is_err());
+        assert!(check_user_header(Some(" alice "), Some("alice")).is_ok());
+        assert!(check_user_header(Some("alice"), Some("alice")).is_ok());
+        assert!(check_user_header(None, Some("bob")).is_ok());
+        assert!(check_user_header(Some(""), None).is_ok());
     }
 
     #[test]

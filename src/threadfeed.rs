@@ -19,8 +19,8 @@
 //! run whose first frames are gone by its join (the turn so far).
 
 use crate::feed::{Feed, Next, Start};
-use crate::ids;
 use crate::history::History;
+use crate::ids;
 use crate::stream::{cursor, SseStream};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
@@ -428,7 +428,10 @@ mod tests {
     #[test]
     fn a_thread_keeps_the_newest_ended_run_and_says_when_a_cursor_is_no_longer_held() {
         let feeds = Feeds::start(1 << 16, Duration::ZERO);
-        let thread = ThreadFeeds::start().follow("t", &History::new(&std::env::temp_dir(), 0)).thread.clone();
+        let thread = ThreadFeeds::start()
+            .follow("t", &History::new(&std::env::temp_dir(), 0))
+            .thread
+            .clone();
         let (_, c1) = ended_run(&feeds, &thread, "e1");
         let (f2, c2) = ended_run(&feeds, &thread, "e2");
         let (f3, c3) = ended_run(&feeds, &thread, "e3");

@@ -2,7 +2,8 @@
 //! over real HTTP against the fake kernel: the body's size, media type and JSON; the envelope's
 //! fields (a 400 in the client's language); the run id's length and a thread id of any length;
 //! the cwd (inside the allowed roots, through no symlink out of them, without control
-//! characters); the `Host` header; the bearer token and its scheme.
+//! characters); the `Host` header; the bearer token and its scheme; the user header a balancer
+//! routes by.
 
 use fake_kernel::FakeKernel;
 use serde_json::{json, Value};
@@ -535,4 +536,55 @@ fn a_used_run_id_is_never_usable_again_even_after_256_newer_runs() {
     // 261 runs: 256 whole, 5 as 16-byte records (80 bytes, 108 as base64).
     assert_eq!(state["usedRunIds"].as_str().unwrap().len(), 108);
     a.assert_turn_succeeds("t-reuse", "r-next");
+}
+
+/// A balancer in front of several pairs routes all of a user's requests by `X-AGUI-User-Id`
+/// (contrib/deploy): a header naming another user than the body's `userId` (or none there), or
+/// than a route's `userId` query, would put a thread where its user's list cannot see it: 400.
+#[test]
+fn a_user_header_that_disagrees_with_the_body_or_the_query_is_400() {
+    let (_k, a) = setup();
+    let mut body = a.request("t-user", "r1", "hi");
+    body["forwardedProps"]["iacCode"]["userId"] = json!("alice");
+    let refused = post_run(&a.url, &body, &[("X-AGUI-User-Id", "bob")]);
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (400, "INVALID_INPUT")
+    );
+    let message = refused.json["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("X-AGUI-User-Id"), "{message}");
+    let anonymous = a.request("t-anon", "r1", "hi");
+    let refused = post_run(&a.url, &anonymous, &[("X-AGUI-User-Id", "alice")]);
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (400, "INVALID_INPUT")
+    );
+    let admitted = post_run(&a.url, &body, &[("X-AGUI-User-Id", "alice")]);
+    assert_eq!(
+        admitted.last()["outcome"]["type"],
+        "success",
+        "{:?}",
+        admitted.last()
+    );
+    let lookup = |user: &str| {
+        let url = format!(
+            "{}/extensions/iac-code/v1/threads/t-user?userId=alice",
+            a.url
+        );
+        let r = agent()
+            .get(url)
+            .header("X-AGUI-User-Id", user)
+            .call()
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: Value = serde_json::from_str(&r.into_body().read_to_string().unwrap()).unwrap();
+        (status, v)
+    };
+    let (status, v) = lookup("bob");
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("INVALID_INPUT"))
+    );
+    let (status, v) = lookup("alice");
+    assert_eq!((status, v["state"].as_str()), (200, Some("idle")), "{v}");
 }

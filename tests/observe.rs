@@ -456,6 +456,8 @@ fn an_allowed_origin_gets_answered_preflights_and_cors_headers_on_every_answer()
             "Content-Type",
             "Accept-Language",
             "Last-Event-ID",
+            "X-AGUI-Thread-Id",
+            "X-AGUI-User-Id",
         ] {
             assert!(allowed.contains(h), "{allowed}");
         }

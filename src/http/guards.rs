@@ -92,7 +92,8 @@ pub(super) enum Cors {
 }
 
 const CORS_METHODS: &str = "GET, POST, OPTIONS";
-const CORS_HEADERS: &str = "Authorization, Content-Type, Accept, Accept-Language, Last-Event-ID";
+const CORS_HEADERS: &str =
+    "Authorization, Content-Type, Accept, Accept-Language, Last-Event-ID, X-AGUI-Thread-Id, X-AGUI-User-Id";
 const CORS_MAX_AGE: &str = "600";
 
 impl Cors {

@@ -96,6 +96,12 @@ fn process(app: &Arc<App>, req: &mut Request, cors: &Cors) -> Result<Next, Refus
             return Err(refuse(Msg::Unauthorized.err()));
         }
     }
+    // A balancer may route by the user header (contrib/deploy): it must name the user a route's
+    // `userId` query asks for (`POST /` compares it with its body's, below).
+    let query = req.url().split_once('?').map_or("", |(_, q)| q);
+    if let Some(user) = query_param(query, "userId") {
+        pairs::check_user_header(header(req, pairs::USER_HEADER), Some(&user)).map_err(refuse)?;
+    }
     if let Route::Metrics = route {
         return Ok(Next::Metrics(crate::metrics::render(
             app.store.active_runs(),
@@ -234,9 +240,7 @@ fn with_body(
         | Route::Messages(_)
         | Route::Threads
         | Route::Events(_)
-        | Route::Unknown => {
-            Err(refuse(Msg::Internal.err()))
-        }
+        | Route::Unknown => Err(refuse(Msg::Internal.err())),
     }
 }
 
@@ -256,6 +260,11 @@ fn admit_run(
     // included), so a console written against it is never refused here.
     let parsed = parsed.map_err(|e| Refusal::new(e, lang))?;
     let thread_header = header(req, pairs::THREAD_HEADER);
+    pairs::check_user_header(
+        header(req, pairs::USER_HEADER),
+        parsed.iac.user_id.as_deref(),
+    )
+    .map_err(|e| Refusal::new(e, lang))?;
     pairs::check_run(
         app.config.pair_mode,
         &app.store,

@@ -95,7 +95,10 @@ pub(super) fn check_method(route: &Route, method: &Method, path: &str) -> Result
     let allowed = match (route, method) {
         (Route::Health | Route::Metrics, Method::Get | Method::Head) => true,
         (Route::Run | Route::Cancel(_) | Route::Subscribe(_), Method::Post) => true,
-        (Route::Thread(_) | Route::Messages(_) | Route::Threads | Route::Events(_), Method::Get) => true,
+        (
+            Route::Thread(_) | Route::Messages(_) | Route::Threads | Route::Events(_),
+            Method::Get,
+        ) => true,
         (Route::Unknown, _) => {
             let shown = shorten(path);
             return Err(Msg::NoRoute.with(&[&shown]));

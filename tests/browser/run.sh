@@ -132,7 +132,8 @@ EOF
 wait_http "http://127.0.0.1:$NGINX_PORT/console/" "$$" || { echo "nginx did not start" >&2; exit 1; }
 
 set +e
-CHROMIUM="$CHROMIUM" SHOTS="$SHOTS" KERNEL_URL="$KERNEL_URL" \
+CHROMIUM="$CHROMIUM" SHOTS="$SHOTS" KERNEL_URL="$KERNEL_URL" WORK="$WORK" \
+  AGUI_BIN="$ROOT/target/debug/iac-code-agui" \
   NGINX_URL="http://127.0.0.1:$NGINX_PORT" \
   ADAPTER_URL="http://127.0.0.1:$ADAPTER_PORT" \
   CORS_ADAPTER_URL="http://127.0.0.1:$CORS_PORT" \

@@ -5,6 +5,8 @@
 // One line per scenario (PASS / FAIL + reason) and a screenshot per step; exit 1 on any failure.
 import puppeteer from "puppeteer-core";
 import { randomUUID } from "node:crypto";
+import { spawn } from "node:child_process";
+import fs from "node:fs";
 import net from "node:net";
 
 const env = (k) => {
@@ -19,6 +21,8 @@ const NGINX_URL = env("NGINX_URL");
 const ADAPTER_URL = env("ADAPTER_URL");
 const CORS_ADAPTER_URL = env("CORS_ADAPTER_URL");
 const CWD = env("AGUI_CWD");
+const WORK = env("WORK");
+const AGUI_BIN = env("AGUI_BIN");
 const WAIT_MS = 15_000;
 const FILTERS = process.argv.slice(2);
 
@@ -26,12 +30,14 @@ let shotNo = 0;
 async function shot(page, name) {
   shotNo++;
   const file = `${SHOTS}/${String(shotNo).padStart(2, "0")}-${name}.png`;
+  await page.bringToFront(); // a page behind another tab takes seconds to capture
   await page.screenshot({ path: file });
 }
 
-function consoleUrl({ adapter, thread, user } = {}) {
+function consoleUrl({ adapter, thread, user, page } = {}) {
   const q = new URLSearchParams({ cwd: CWD, user: user || `u-${randomUUID().slice(0, 8)}` });
   if (adapter) q.set("adapter", adapter);
+  if (page) q.set("page", String(page));
   return `${NGINX_URL}/console/?${q}#thread=${encodeURIComponent(thread || `bt-${randomUUID()}`)}`;
 }
 
@@ -70,6 +76,8 @@ async function waitText(page, text) {
 }
 
 async function send(page, text) {
+  // A page behind another tab gets no animation frames: clicking there would hang.
+  await page.bringToFront();
   await page.type("#input", text);
   await page.click("#send");
 }
@@ -346,6 +354,201 @@ async function crossOriginWithFlag(browser) {
   return "run, reload, lookup, observe and resume all work from the other origin";
 }
 
+
+// ---- conversations: the whole thread after a reload, a second tab, the thread list ---------------
+
+const userTexts = (page) => page.$$eval(".msg.user", (els) => els.map((e) => e.textContent));
+/** What the page shows of the conversation, in order: one line per message, card or answer. */
+const transcript = (page) =>
+  page.$$eval("#messages > .msg, #messages > .tool, #messages > .answered", (els) =>
+    els.map((e) => `${e.className}|${e.dataset.status || ""}|${e.textContent}`),
+  );
+
+async function waitFor(page, what, fn, arg) {
+  try {
+    await page.waitForFunction(fn, { timeout: WAIT_MS, polling: 100 }, arg);
+  } catch {
+    throw new Error(`${what} (status ${await status(page)}, notice "${await notice(page)}")`);
+  }
+}
+
+/** Three turns on one thread: a tool call, an approval answered with `choice`, an answer. */
+async function threeTurns(page, choice = "allow") {
+  await send(page, "scenario:tools-artifact");
+  await page.waitForSelector(".tool .result", { timeout: WAIT_MS, polling: 100 });
+  await waitStatus(page, "done");
+  await send(page, "scenario:permission");
+  await page.waitForSelector("#approval.shown", { timeout: WAIT_MS });
+  await page.click(`#approval button[data-choice="${choice}"]`);
+  await waitStatus(page, "done");
+  await send(page, "scenario:normal");
+  await waitStatus(page, "done");
+}
+
+async function reloadShowsWholeConversation(browser) {
+  const page = await browser.newPage();
+  await page.goto(consoleUrl());
+  await threeTurns(page);
+  const before = await transcript(page);
+  await page.reload();
+  await waitFor(page, "the conversation never came back after the reload", (n) => document.querySelectorAll("#messages > .msg.user").length === n, 3);
+  await waitFor(page, "the answered approval never showed", () => document.querySelector("#messages > .answered"));
+  const after = await transcript(page);
+  check(JSON.stringify(after) === JSON.stringify(before), `after the reload:\n${after.join("\n")}\nbefore:\n${before.join("\n")}`);
+  check((await status(page)) === "idle", `status after the reload: ${await status(page)}`);
+  await shot(page, "reload-whole-conversation");
+  // Page by page: the join gives the newest 2 messages, "Earlier messages" the rest.
+  await page.goto(page.url().replace("?", "?page=2&"));
+  await page.reload();
+  await waitFor(page, "no Earlier button with page=2", () => document.getElementById("earlier"));
+  const first = (await transcript(page)).length;
+  for (let i = 0; i < 20 && (await page.$("#earlier")); i++) {
+    await page.click("#earlier");
+    await new Promise((r) => setTimeout(r, 150));
+  }
+  const paged = await transcript(page);
+  check(!(await page.$("#earlier")), "Earlier stayed after the oldest page");
+  check(JSON.stringify(paged) === JSON.stringify(before), `paged back:\n${paged.join("\n")}\nbefore:\n${before.join("\n")}`);
+  await shot(page, "paged-back-to-the-first-message");
+  await page.close();
+  return `${before.length} items (3 turns: tool call, approval allowed, answer) after a reload; with page=2, ${first} then paged back to the same`;
+}
+
+async function answeredApproval(browser) {
+  const shown = [];
+  for (const choice of ["allow", "deny"]) {
+    const page = await browser.newPage();
+    await page.goto(consoleUrl());
+    await send(page, "scenario:permission");
+    await page.waitForSelector("#approval.shown", { timeout: WAIT_MS });
+    check(!(await page.$("#messages > .answered")), "an answer line before the answer");
+    await page.click(`#approval button[data-choice="${choice}"]`);
+    await waitStatus(page, "done");
+    const want = choice === "allow" ? "allowed" : "denied";
+    await waitFor(page, `the approval never showed as ${want}`, (s) => document.querySelector(`#messages > .answered[data-status="${s}"]`), want);
+    await page.reload();
+    await waitFor(page, `after a reload the approval is not shown as ${want}`, (s) => document.querySelector(`#messages > .answered[data-status="${s}"]`), want);
+    check(!(await page.$("#approval.shown")), "the card came back for an answered approval");
+    shown.push(await page.$eval("#messages > .answered", (e) => e.textContent));
+    await shot(page, `approval-shown-as-${want}`);
+    await page.close();
+  }
+  return shown.map((t) => JSON.stringify(t)).join(", ");
+}
+
+async function secondTabFollowsTheFeed(browser) {
+  const url = consoleUrl();
+  const a = await browser.newPage();
+  await a.goto(url);
+  await send(a, "scenario:normal");
+  await waitStatus(a, "done");
+  // The second tab opens on the idle thread: nothing to join live; the feed brings what A runs.
+  const b = await browser.newPage();
+  await b.goto(url);
+  await waitFor(b, "the second tab never showed the first turn", () => document.querySelectorAll(".msg.user").length === 1);
+  await waitStatus(b, "idle");
+  await send(a, "scenario:console-slow-feed");
+  await waitText(a, "Still working.");
+  await waitText(b, "Still working."); // while A's turn streams
+  check((await status(b)) === "running", `the second tab mid-run: ${await status(b)}`);
+  check(!(await assistantText(b)).includes("Finished after the wait."), "the second tab saw the end before it happened");
+  await shot(b, "second-tab-follows-the-turn-mid-run");
+  await openGate("console-slow-feed");
+  await waitStatus(a, "done");
+  await waitText(b, "Finished after the wait.");
+  await waitStatus(b, "done");
+  await waitFor(b, "the second tab never showed the first tab's message", () => [...document.querySelectorAll(".msg.user")].some((e) => e.textContent === "scenario:console-slow-feed"));
+  check(JSON.stringify(await transcript(a)) === JSON.stringify(await transcript(b)), "the tabs show different conversations");
+  await shot(b, "second-tab-after-the-turn");
+  // And the other way round: B's turn shows in A.
+  await send(b, "scenario:tools-artifact");
+  await waitStatus(b, "done");
+  await waitFor(a, "the first tab never showed the second tab's tool call", () => document.querySelectorAll(".tool .result").length === 1);
+  await waitFor(a, "the tabs never agreed", () => document.querySelectorAll(".msg.user").length === 3);
+  check(JSON.stringify(await transcript(a)) === JSON.stringify(await transcript(b)), "the tabs show different conversations after B's turn");
+  await a.close();
+  await b.close();
+  return "the second tab showed the first tab's turn as it streamed (feed), then the same conversation; and back";
+}
+
+/** An adapter of the test's own (other origin, CORS for the console's), restartable in place. */
+const { IAC_CODE_AGUI_AUTH_TOKEN: _token, ...withoutToken } = process.env;
+async function ownAdapter(state, port) {
+  const log = fs.openSync(`${WORK}/adapter-restart.log`, "a");
+  const child = spawn(
+    AGUI_BIN,
+    ["--a2a-url", KERNEL_URL, "--state-dir", state, "--port", String(port), "--heartbeat-interval", "1", "--cors-allow-origin", NGINX_URL],
+    { stdio: ["ignore", log, log], env: { ...withoutToken, IAC_CODE_AGUI_ALLOWED_CWDS: WORK } },
+  );
+  for (let i = 0; i < 200; i++) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/health`)).ok) return child;
+    } catch {}
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  child.kill("SIGKILL");
+  throw new Error("the test's adapter did not start");
+}
+
+/** Runs `act` (which changes the thread in the URL hash: the page reloads) and waits for the
+ *  page of the other thread. */
+async function navigated(page, act) {
+  const old = await page.$eval("#thread", (e) => e.textContent);
+  await act();
+  await waitFor(page, "the page never opened another thread", (t) => document.getElementById("thread")?.textContent !== t && document.readyState === "complete", old);
+}
+
+async function freePort() {
+  const s = net.createServer();
+  await new Promise((r) => s.listen(0, "127.0.0.1", r));
+  const port = s.address().port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+async function threadListAfterRestart(browser) {
+  const state = `${WORK}/state-restart`;
+  const port = await freePort();
+  let adapter = await ownAdapter(state, port);
+  const user = `list-${randomUUID().slice(0, 8)}`;
+  const adapterUrl = `http://127.0.0.1:${port}`;
+  const page = await browser.newPage();
+  try {
+    const titles = ["first: scenario:normal", "second: scenario:tools-artifact", "third: scenario:normal"];
+    const ids = [];
+    for (const [i, text] of titles.entries()) {
+      if (i === 0) await page.goto(consoleUrl({ adapter: adapterUrl, user }));
+      else await navigated(page, () => page.click("#new-thread"));
+      ids.push(await page.$eval("#thread", (e) => e.textContent));
+      await send(page, text);
+      await waitStatus(page, "done");
+    }
+    const listed = () => page.$$eval("#threads a.thread", (els) => els.map((e) => `${e.dataset.threadId} ${e.querySelector(".title").textContent}`));
+    const want = JSON.stringify(ids.map((id, i) => `${id} ${titles[i]}`).reverse());
+    await waitFor(page, "the sidebar never listed 3 threads", () => document.querySelectorAll("#threads a.thread").length === 3);
+    const before = await listed();
+    check(JSON.stringify(before) === want, `the sidebar, newest first, titled by their first message: ${before}`);
+    await shot(page, "thread-list-before-restart");
+    adapter.kill("SIGKILL");
+    await new Promise((r) => adapter.once("exit", r));
+    adapter = await ownAdapter(state, port);
+    await page.reload();
+    await waitFor(page, "after the restart the sidebar never listed 3 threads", () => document.querySelectorAll("#threads a.thread").length === 3);
+    const after = await listed();
+    check(JSON.stringify(after) === JSON.stringify(before), `after the restart: ${after}`);
+    // Opening the oldest thread from the list shows its conversation.
+    await navigated(page, () => page.click("#threads li:last-child a.thread"));
+    await waitFor(page, "the oldest thread's conversation never showed", (t) => [...document.querySelectorAll(".msg.user")].some((e) => e.textContent === t), titles[0]);
+    const current = await page.$eval('#threads a[aria-current="page"] .title', (e) => e.textContent).catch(() => null);
+    check(current === titles[0], `the open thread is not marked in the list: ${current}`);
+    await shot(page, "thread-list-after-restart-oldest-opened");
+    return `3 threads listed newest first, the same after a SIGKILL and restart; the oldest opened from the list`;
+  } finally {
+    await page.close();
+    adapter.kill("SIGTERM");
+  }
+}
+
 const SCENARIOS = [
   ["streamed turn (text, reasoning, tool call) through nginx", streamedTurn],
   ["approval: Allow", (b) => approve(b, "allow")],
@@ -360,6 +563,10 @@ const SCENARIOS = [
   ["cross-origin with --cors-allow-origin", crossOriginWithFlag],
   ["network drop mid-run (detach grace), reconnect with the cursor", networkDrop],
   ["reload mid-run with a detach grace, sees the finish", reloadMidRunWithGrace],
+  ["reload shows the whole conversation (and pages back)", reloadShowsWholeConversation],
+  ["an answered approval shown as answered (allow, deny), also after a reload", answeredApproval],
+  ["a second tab shows the first tab's turn as it streams (live feed)", secondTabFollowsTheFeed],
+  ["the thread list after an adapter restart", threadListAfterRestart],
 ];
 
 async function main() {
@@ -371,8 +578,10 @@ async function main() {
     defaultViewport: { width: 1000, height: 720 },
   });
   let failed = 0;
+  let ran = 0;
   for (const [name, fn] of SCENARIOS) {
     if (FILTERS.length && !FILTERS.some((f) => name.includes(f))) continue;
+    ran++;
     const started = Date.now();
     try {
       const notes = await fn(browser);
@@ -386,7 +595,7 @@ async function main() {
     }
   }
   await browser.close();
-  console.log(`${SCENARIOS.length - failed} passed, ${failed} failed in ${((Date.now() - t0) / 1000).toFixed(1)} s; screenshots in ${SHOTS}`);
+  console.log(`${ran - failed} passed, ${failed} failed in ${((Date.now() - t0) / 1000).toFixed(1)} s; screenshots in ${SHOTS}`);
   process.exit(failed ? 1 : 0);
 }
 

@@ -13,13 +13,17 @@
 //  3. The pair restarts in place (pairs.sh start-one: same config and state dirs): the kernel
 //     restores from its own disk, the pending interrupt is resumed (the file is written), every
 //     thread continues on its own session (contexts/ unchanged).
+//  4. Routing by user (X-AGUI-User-Id): 2 users x 2 threads, one real turn each through HAProxy:
+//     each user's threads on one pair; one list request through HAProxy lists them; each thread's
+//     history through HAProxy holds, message by message (ids and text), what the client's run
+//     reduced; the live feed of one thread carries a second turn, event for event.
 // Prints one line per check and exits 1 on any failure.
 
 import { randomUUID } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { HttpAgent } from "@ag-ui/client";
-import { BASE, PROXY, log, check, warnings, runChecks, sleep, pairDir, pairsSh, contextId, held, startHaproxy, turn as turnWith } from "./common.mjs";
+import { BASE, PROXY, log, check, warnings, runChecks, sleep, pairDir, pairsSh, contextId, held, startHaproxy, turn as turnWith, userAgent, getJson, openFeed } from "./common.mjs";
 
 const WS = process.env.CWD;
 const N = Number(process.env.PAIRS_THREADS || "6");
@@ -128,7 +132,37 @@ async function main() {
   check(back.every((r) => r.ok && r.outcome === "success"), `the ${back.length} threads of pair ${victim} continue${back.some((r) => !r.ok) ? ": " + brief(back.find((r) => !r.ok)) : ""}`);
   const restored = contexts(victim);
   check(same(before[victim - 1], restored), `pair ${victim}'s kernel kept its sessions from its own disk (contexts/ unchanged: ${restored.size})`);
+  await byUser();
   check(warnings.length === 0, `@ag-ui/client printed no warning${warnings.length ? `: ${warnings[0]}` : ""}`);
+}
+
+/** 4. Routing by user with real kernels: lists, histories and a feed through HAProxy. */
+async function byUser() {
+  const users = [`ru-a-${randomUUID().slice(0, 6)}`, `ru-b-${randomUUID().slice(0, 6)}`];
+  const threads = users.flatMap((u) => [0, 1].map((k) => ({ user: u, agent: userAgent(u, `${u}-t${k}-${randomUUID().slice(0, 6)}`) })));
+  const runs = await Promise.all(threads.map(({ user, agent }) => turn(agent, { text: text(), userId: user })));
+  check(runs.every((r) => r.ok && r.outcome === "success"), `${threads.length} threads of 2 users through HAProxy with X-AGUI-User-Id${runs.some((r) => !r.ok) ? ": " + brief(runs.find((r) => !r.ok)) : ""}`);
+  for (const u of users) {
+    const mine = threads.filter((t) => t.user === u).map((t) => t.agent.threadId);
+    const pairs = new Set(mine.flatMap((t) => [1, 2, 3].filter((p) => held(p).has(t))));
+    const [status, body] = await getJson(`/threads?userId=${encodeURIComponent(u)}`, u);
+    const listed = (body?.threads || []).map((t) => t.threadId);
+    check(pairs.size === 1 && status === 200 && listed.length === 2 && mine.every((t) => listed.includes(t)), `${u}: both threads on pair ${[...pairs]}, both in one list through HAProxy (${status}, ${listed.length})`);
+  }
+  const shape = (m) => JSON.stringify({ id: m.id, role: m.role, content: m.content, toolCalls: m.toolCalls });
+  for (const { user, agent } of threads) {
+    const [status, body] = await getJson(`/threads/${encodeURIComponent(agent.threadId)}/messages?userId=${encodeURIComponent(user)}`, user);
+    const kept = (body?.messages || []).filter((m) => m.role !== "activity" && m.role !== "reasoning").map(shape);
+    const seen = agent.messages.filter((m) => m.role !== "activity" && m.role !== "reasoning").map(shape);
+    check(status === 200 && JSON.stringify(kept) === JSON.stringify(seen), `the history of ${agent.threadId} through HAProxy equals what the client reduced (${kept.length} messages)${status === 200 && JSON.stringify(kept) === JSON.stringify(seen) ? "" : `: ${status} ${kept.join(" ").slice(0, 300)} vs ${seen.join(" ").slice(0, 300)}`}`);
+  }
+  const { user, agent } = threads[0];
+  const feed = await openFeed(user, agent.threadId);
+  const runId = `run-${randomUUID()}`;
+  const r = await turn(agent, { text: text(), userId: user, runId });
+  const seen = feed.status === 200 ? await feed.until(runId, 60_000) : null;
+  await feed.close();
+  check(r.ok && seen?.join() === r.types.join(), `the live feed through HAProxy carried a real turn event for event (${feed.status}, ${seen?.length ?? 0} of ${r.types.length})`);
 }
 
 runChecks(main);

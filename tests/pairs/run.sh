@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Several adapter + kernel pairs behind Debian's HAProxy, driven by the official @ag-ui/client.
 #
-#   bash tests/pairs/run.sh            (SKIP_PAIRS=1 skips it; PAIRS_THREADS=300 by default)
+#   bash tests/pairs/run.sh            (SKIP_PAIRS=1 skips it; PAIRS_THREADS=300, PAIRS_USERS=12
+#                                      (routed by X-AGUI-User-Id, 3 threads each) by default)
 #   PAIRS_REAL_KERNEL=1 bash tests/pairs/run.sh
 #                                      the one pass with the real kernel (PAIRS_THREADS=6 by
 #                                      default; REAL_KERNEL_VENV, default target/real-kernel-venv,
 #                                      from tests/real_kernel/setup.sh)
 #
+# First, `haproxy -c` on the shipped contrib/deploy/haproxy.cfg as a fresh host has it (no maps).
 # Starts on 127.0.0.1: four fake kernels, pairs 1-3 through contrib/deploy/pairs.sh (--pair-mode,
 # each its own port, config dir and state dir), and HAProxy with contrib/deploy/haproxy.cfg (ports
-# rewritten). Then drive.mjs runs the scenario (see its header) and exits non-zero on any failure.
+# rewritten). nginx.mjs checks contrib/deploy/nginx-pairs.conf's routing in Debian's nginx first;
+# then drive.mjs runs the scenario (see its header) and exits non-zero on any failure.
 # With PAIRS_REAL_KERNEL=1: tests/real_kernel/fake_llm.py and three pairs whose adapters supervise
 # their own `iac-code a2a` (pairs.sh's managed kernels), driven by drive-real.mjs.
 # Everything it started is stopped on exit; logs of a failed run are kept under $TMPDIR.
@@ -23,6 +26,10 @@ START=$(date +%s)
 # Debian installs haproxy in /usr/sbin, outside a normal user's PATH (common.mjs spawns it by name).
 export PATH="$PATH:/usr/sbin:/sbin"
 command -v haproxy >/dev/null || { echo "haproxy not installed (apt-get install -y haproxy)" >&2; exit 1; }
+# The shipped config as a fresh host has it (no thread map, no AGUI_THREAD_MAP) must be valid.
+env -u AGUI_THREAD_MAP haproxy -c -q -f contrib/deploy/haproxy.cfg \
+  || { echo "FAIL  haproxy -c on contrib/deploy/haproxy.cfg (a fresh host)" >&2; exit 1; }
+echo "PASS  haproxy -c on the shipped contrib/deploy/haproxy.cfg (no thread map)"
 
 REAL="${PAIRS_REAL_KERNEL:-}"
 VENV="${REAL_KERNEL_VENV:-$ROOT/target/real-kernel-venv}"
@@ -117,7 +124,9 @@ export A2A_URLS="${URLS# }"
 bash contrib/deploy/pairs.sh start 3
 
 set +e
-WORK="$WORK" CWD="$WORK/workspace" ROOT="$ROOT" \
+# nginx-pairs.conf's routing (stand-in pairs), then the scenario behind HAProxy.
+WORK="$WORK" ROOT="$ROOT" timeout 60 node "$HERE/nginx.mjs" \
+  && WORK="$WORK" CWD="$WORK/workspace" ROOT="$ROOT" \
   timeout 600 node "$HERE/drive.mjs"
 RC=$?
 set -e
