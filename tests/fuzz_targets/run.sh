@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds the coverage-guided fuzz targets (libFuzzer, through libfuzzer-sys) and runs them.
+#   bash tests/fuzz_targets/run.sh build                    build every target (about 1 min cold)
+#   bash tests/fuzz_targets/run.sh replay                   every committed corpus, once through
+#   bash tests/fuzz_targets/run.sh fuzz SECS [TARGET...]    each target (default all) for SECS s,
+#                                                           from its corpus (FUZZ_RUNS caps runs)
+#   bash tests/fuzz_targets/run.sh merge [TARGET...]        minimise target/fuzz/work into corpus/
+# A campaign's finds go to target/fuzz/work/TARGET (the committed corpus/TARGET is its seed, and
+# `merge` keeps what adds coverage); a crash, hang (-timeout) or out-of-memory (-rss_limit_mb)
+# leaves its input in target/fuzz/artifacts/ and fails the run.
+#
+# Stable Rust: the instrumentation is LLVM's SanitizerCoverage through -Cpasses/-Cllvm-args (stable
+# flags), the same cargo-fuzz passes; no sanitizer (-Zsanitizer needs nightly), so the targets check
+# Rust's own panics, overflow checks and debug assertions. `cargo fuzz` is not needed.
+set -euo pipefail
+cd "$(dirname "$0")"
+TARGETS=(run_input control_bodies sse a2a_frame a2a_stream cursor accept_language yaml_config http_head)
+triple="$(rustc -vV | sed -n 's/^host: //p')"
+export CARGO_TARGET_DIR="$PWD/../../target/fuzz"
+bin="$CARGO_TARGET_DIR/$triple/release"
+work="$CARGO_TARGET_DIR/work"
+artifacts="$CARGO_TARGET_DIR/artifacts"
+
+build() {
+  # --target keeps the instrumentation off build scripts and proc macros (they run on the host).
+  RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
+    cargo build --quiet --release --locked --target "$triple" --bins
+}
+
+targets() { if [ $# -gt 0 ]; then echo "$@"; else echo "${TARGETS[@]}"; fi; }
+
+case "${1:-}" in
+  build) build ;;
+  replay)
+    build
+    for t in "${TARGETS[@]}"; do
+      printf '%-16s ' "$t"
+      "$bin/$t" -runs=0 "corpus/$t" 2>&1 | grep -E '^#[0-9]+ *(INITED|DONE)' | tail -1
+    done
+    ;;
+  fuzz)
+    secs="${2:?seconds per target}"
+    shift 2
+    build
+    mkdir -p "$artifacts"
+    for t in $(targets "$@"); do
+      mkdir -p "$work/$t"
+      echo "== $t: ${secs}s" >&2
+      log="$work/$t.log"
+      status=0
+      "$bin/$t" -max_total_time="$secs" -runs="${FUZZ_RUNS:--1}" -timeout=10 -rss_limit_mb=2048 \
+        -max_len=65536 -print_final_stats=1 -artifact_prefix="$artifacts/$t-" \
+        "$work/$t" "corpus/$t" >"$log" 2>&1 || status=$?
+      grep -E '^(#[0-9]+ +(INITED|DONE)|stat::|==[0-9]+== ERROR|SUMMARY|Done)' "$log" || true
+      if [ "$status" != 0 ]; then
+        grep -B2 -A12 'panicked' "$log" >&2 || tail -20 "$log" >&2
+        echo "fuzz target $t failed (exit $status): the input is in $artifacts" >&2
+        exit 1
+      fi
+    done
+    ;;
+  merge)
+    shift
+    build
+    for t in $(targets "$@"); do
+      tmp="$(mktemp -d)"
+      "$bin/$t" -merge=1 -max_len=65536 "$tmp" "corpus/$t" "$work/$t" 2>&1 | grep -E 'MERGE-OUTER: [0-9]+ new files' || true
+      rm -rf "corpus/$t" && mv "$tmp" "corpus/$t"
+      echo "$t: $(ls "corpus/$t" | wc -l) files, $(du -sk "corpus/$t" | cut -f1) KiB"
+    done
+    ;;
+  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
+esac
