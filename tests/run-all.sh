@@ -4,7 +4,7 @@
 # packages and the Python venv.
 #   bash tests/run-all.sh
 # Parts can be skipped for a quick local loop: SKIP_REAL_KERNEL=1, SKIP_CONFORMANCE=1,
-# SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1; LOAD_SECS sets the load test's duration (default 60).
+# SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1, SKIP_FUZZ=1; LOAD_SECS sets the load test's duration (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
@@ -52,6 +52,12 @@ rm -rf "$captures"
 AGUI_CAPTURE_DIR="$captures" cargo test --quiet -- --skip five_hundred_concurrent_runs
 step "load: 500 concurrent runs for ${LOAD_SECS:-60} s, every event in order"
 cargo test --quiet --test reliability -- --exact five_hundred_concurrent_runs_deliver_every_event_in_order
+
+if [ -z "${SKIP_FUZZ:-}" ]; then
+  step "coverage-guided fuzzing (libFuzzer): every committed corpus replayed, then ${FUZZ_SECS:-5} s per target"
+  bash tests/fuzz_targets/run.sh replay
+  bash tests/fuzz_targets/run.sh fuzz "${FUZZ_SECS:-5}"
+fi
 
 step "every captured stream validates with the Python ag-ui-protocol models"
 bash tests/validate-captures.sh "$captures"

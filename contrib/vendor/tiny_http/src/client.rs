@@ -337,7 +337,6 @@ fn read_head_byte(src: &mut impl Read) -> Result<u8, ReadError> {
     }
 }
 
-
 /// Reads the next line from `src`, until `CRLF`, which it drops. The line,
 /// CRLF included, may take at most `max` bytes: beyond, `Refuse(too_long)` without reading
 /// further. Returns the line and the bytes it took.
@@ -379,11 +378,7 @@ fn read_next_line(
 }
 
 /// Reads a request head, within the size limits, given its first byte.
-fn read_head(
-    src: &mut impl Read,
-    limits: &Limits,
-    first: u8,
-) -> Result<RequestHead, ReadError> {
+fn read_head(src: &mut impl Read, limits: &Limits, first: u8) -> Result<RequestHead, ReadError> {
     let max_head = limits.max_head_bytes;
     let max_url = limits.max_url_bytes;
     let line_max = max_url.saturating_add(REQUEST_LINE_SLACK);
@@ -484,5 +479,29 @@ mod test {
 
         assert!(super::parse_request_line("GET /hello").is_err());
         assert!(super::parse_request_line("qsd qsd qsd").is_err());
+    }
+
+    #[test]
+    fn parse_request_reads_a_head_as_a_connection_does() {
+        use std::io::Read;
+        let limits = crate::Limits {
+            max_headers: 2,
+            ..crate::Limits::default()
+        };
+        let head = b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n";
+        let mut rq = super::parse_request(head, &limits).unwrap();
+        assert_eq!((rq.method(), rq.url()), (&crate::Method::Post, "/x"));
+        let mut body = String::new();
+        rq.as_reader().read_to_string(&mut body).unwrap();
+        assert_eq!(body, "hi");
+        let refused = |bytes: &[u8]| super::parse_request(bytes, &limits).err();
+        assert_eq!(refused(b"GET / HTTP/1.1\nHost: h\r\n\r\n"), Some(400));
+        assert_eq!(
+            refused(b"GET / HTTP/1.1\r\na: 1\r\nb: 2\r\nc: 3\r\n\r\n"),
+            Some(431)
+        );
+        assert_eq!(refused(b"GET / HTTP/2.0\r\n\r\n"), Some(505));
+        assert_eq!(refused(b"GET / HTTP/1.1\r\nExpect: x\r\n\r\n"), Some(417));
+        assert_eq!(refused(b"GET / HTTP/1.1\r\nHost"), Some(0));
     }
 }
