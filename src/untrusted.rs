@@ -27,13 +27,22 @@ fn refusal(e: &Error) -> String {
     e.to_json(Lang::En).to_string()
 }
 
+/// The secrets a run request may carry, where they are.
+const SECRETS: [&str; 3] = [
+    "/forwardedProps/iacCode/llmApiKey",
+    "/forwardedProps/iacCode/alibabaCloud/accessKeySecret",
+    "/forwardedProps/iacCode/alibabaCloud/securityToken",
+];
+
 /// `RunAgentInput`: the verdict does not depend on the language of the answer; the same body
-/// gives the same digest twice (run-id idempotency); a digest is a SHA-256 in hex.
+/// gives the same digest twice (run-id idempotency); a digest is a SHA-256 in hex; a refusal
+/// never shows a secret's value, in any language; the digest does not depend on the secrets.
 pub fn check_run_input(body: &[u8]) {
     let cwds = [PathBuf::from("/tmp")];
     let (_, first) = parse_run(body, &cwds, None);
     let (lang, second) = parse_run(body, &cwds, Some("zh-CN, fr;q=0.5"));
     assert!(Lang::ALL.contains(&lang));
+    let tree = serde_json::from_slice::<serde_json::Value>(body).ok();
     match (first, second) {
         (Ok(a), Ok(b)) => {
             assert_eq!(a.digest, b.digest, "one body, two digests");
@@ -42,9 +51,46 @@ pub fn check_run_input(body: &[u8]) {
             assert!(!a.thread_id.is_empty() && !a.run_id.is_empty());
             assert!(a.run_id.len() <= 256);
             assert_eq!((a.thread_id, a.run_id), (b.thread_id, b.run_id));
+            if let Some(tree) = tree {
+                check_digest_ignores_secrets(tree, &cwds);
+            }
         }
-        (Err(a), Err(b)) => assert_eq!(refusal(&a), refusal(&b)),
+        (Err(a), Err(b)) => {
+            assert_eq!(refusal(&a), refusal(&b));
+            let secrets = tree
+                .iter()
+                .flat_map(|t| SECRETS.iter().filter_map(|p| t.pointer(p)));
+            for secret in secrets.filter_map(|v| v.as_str()).filter(|s| s.len() >= 4) {
+                for lang in Lang::ALL {
+                    assert!(
+                        !a.message(lang).contains(secret),
+                        "a refusal shows a secret"
+                    );
+                }
+            }
+        }
         (a, b) => panic!("the verdict depends on the language: {a:?} / {b:?}"),
+    }
+}
+
+/// An accepted body, written again with other values for its secrets: the same digest.
+fn check_digest_ignores_secrets(mut tree: serde_json::Value, cwds: &[PathBuf]) {
+    let digest = |tree: &serde_json::Value| {
+        parse_run(tree.to_string().as_bytes(), cwds, None)
+            .1
+            .map(|run| run.digest)
+            .map_err(|e| refusal(&e))
+    };
+    let before = digest(&tree);
+    let mut changed = false;
+    for path in SECRETS {
+        if let Some(v @ serde_json::Value::String(_)) = tree.pointer_mut(path) {
+            *v = serde_json::Value::from("another-secret");
+            changed = true;
+        }
+    }
+    if changed {
+        assert_eq!(before, digest(&tree), "the digest depends on a secret");
     }
 }
 

@@ -5,6 +5,7 @@
 #   bash tests/fuzz_targets/run.sh fuzz SECS [TARGET...]    each target (default all) for SECS s,
 #                                                           from its corpus (FUZZ_RUNS caps runs)
 #   bash tests/fuzz_targets/run.sh merge [TARGET...]        minimise target/fuzz/work into corpus/
+# dict/TARGET.dict holds the keywords of the target's format (field names, states, header names).
 # A campaign's finds go to target/fuzz/work/TARGET (the committed corpus/TARGET is its seed, and
 # `merge` keeps what adds coverage); a crash, hang (-timeout) or out-of-memory (-rss_limit_mb)
 # leaves its input in target/fuzz/artifacts/ and fails the run.
@@ -50,7 +51,9 @@ case "${1:-}" in
       echo "== $t: ${secs}s" >&2
       log="$work/$t.log"
       status=0
-      "$bin/$t" -max_total_time="$secs" -runs="${FUZZ_RUNS:--1}" -timeout=10 -rss_limit_mb=2048 \
+      dict=()
+      [ -f "dict/$t.dict" ] && dict=(-dict="dict/$t.dict")
+      "$bin/$t" "${dict[@]}" -max_total_time="$secs" -runs="${FUZZ_RUNS:--1}" -timeout=10 -rss_limit_mb=2048 \
         -max_len=65536 -print_final_stats=1 -artifact_prefix="$artifacts/$t-" \
         "$work/$t" "corpus/$t" >"$log" 2>&1 || status=$?
       grep -E '^(#[0-9]+ +(INITED|DONE)|stat::|==[0-9]+== ERROR|SUMMARY|Done)' "$log" || true
