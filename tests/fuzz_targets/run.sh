@@ -36,9 +36,15 @@ case "${1:-}" in
   build) build ;;
   replay)
     build
+    mkdir -p "$CARGO_TARGET_DIR"
     for t in "${TARGETS[@]}"; do
       printf '%-16s ' "$t"
-      "$bin/$t" -runs=0 "corpus/$t" 2>&1 | grep -E '^#[0-9]+ *(INITED|DONE)' | tail -1
+      # Files, not the directory: libFuzzer then only runs them (it writes nothing into corpus/).
+      "$bin/$t" corpus/"$t"/* >"$work-replay-$t.log" 2>&1 || {
+        grep -B2 -A12 'panicked' "$work-replay-$t.log" >&2 || tail -20 "$work-replay-$t.log" >&2
+        exit 1
+      }
+      echo "$(ls "corpus/$t" | wc -l) inputs"
     done
     ;;
   fuzz)
