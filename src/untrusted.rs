@@ -35,14 +35,13 @@ const SECRETS: [&str; 3] = [
 ];
 
 /// `RunAgentInput`: the verdict does not depend on the language of the answer; the same body
-/// gives the same digest twice (run-id idempotency); a digest is a SHA-256 in hex; a refusal
-/// never shows a secret's value, in any language; the digest does not depend on the secrets.
+/// gives the same digest twice (run-id idempotency); a digest is a SHA-256 in hex; neither the
+/// verdict, nor the digest, nor a refusal's message in any language depends on a secret's value.
 pub fn check_run_input(body: &[u8]) {
     let cwds = [PathBuf::from("/tmp")];
     let (_, first) = parse_run(body, &cwds, None);
     let (lang, second) = parse_run(body, &cwds, Some("zh-CN, fr;q=0.5"));
     assert!(Lang::ALL.contains(&lang));
-    let tree = serde_json::from_slice::<serde_json::Value>(body).ok();
     match (first, second) {
         (Ok(a), Ok(b)) => {
             assert_eq!(a.digest, b.digest, "one body, two digests");
@@ -51,46 +50,41 @@ pub fn check_run_input(body: &[u8]) {
             assert!(!a.thread_id.is_empty() && !a.run_id.is_empty());
             assert!(a.run_id.len() <= 256);
             assert_eq!((a.thread_id, a.run_id), (b.thread_id, b.run_id));
-            if let Some(tree) = tree {
-                check_digest_ignores_secrets(tree, &cwds);
-            }
         }
-        (Err(a), Err(b)) => {
-            assert_eq!(refusal(&a), refusal(&b));
-            let secrets = tree
-                .iter()
-                .flat_map(|t| SECRETS.iter().filter_map(|p| t.pointer(p)));
-            for secret in secrets.filter_map(|v| v.as_str()).filter(|s| s.len() >= 4) {
-                for lang in Lang::ALL {
-                    assert!(
-                        !a.message(lang).contains(secret),
-                        "a refusal shows a secret"
-                    );
-                }
-            }
-        }
+        (Err(a), Err(b)) => assert_eq!(refusal(&a), refusal(&b)),
         (a, b) => panic!("the verdict depends on the language: {a:?} / {b:?}"),
+    }
+    if let Ok(tree) = serde_json::from_slice::<serde_json::Value>(body) {
+        check_secrets_change_nothing(tree, &cwds);
     }
 }
 
-/// An accepted body, written again with other values for its secrets: the same digest.
-fn check_digest_ignores_secrets(mut tree: serde_json::Value, cwds: &[PathBuf]) {
-    let digest = |tree: &serde_json::Value| {
+/// The body written again, then once more with other values for its (non-empty string)
+/// secrets: the same digest, or the same refusal in every language.
+fn check_secrets_change_nothing(mut tree: serde_json::Value, cwds: &[PathBuf]) {
+    let verdict = |tree: &serde_json::Value| {
         parse_run(tree.to_string().as_bytes(), cwds, None)
             .1
             .map(|run| run.digest)
-            .map_err(|e| refusal(&e))
+            .map_err(|e| Lang::ALL.map(|lang| e.message(lang)))
     };
-    let before = digest(&tree);
+    let before = verdict(&tree);
     let mut changed = false;
     for path in SECRETS {
-        if let Some(v @ serde_json::Value::String(_)) = tree.pointer_mut(path) {
-            *v = serde_json::Value::from("another-secret");
-            changed = true;
+        match tree.pointer_mut(path) {
+            Some(v @ serde_json::Value::String(_)) if v.as_str() != Some("") => {
+                *v = serde_json::Value::from("another secret value");
+                changed = true;
+            }
+            _ => {}
         }
     }
     if changed {
-        assert_eq!(before, digest(&tree), "the digest depends on a secret");
+        assert_eq!(
+            before,
+            verdict(&tree),
+            "a secret's value changes the verdict"
+        );
     }
 }
 

@@ -188,7 +188,7 @@ fn slow_reading(data: &[u8]) -> Result<String, String> {
 /// the JSON (a number beyond f64 in a field the views skip) there is nothing to compare: the
 /// views skip it unread, as they should.
 pub fn check_a2a_frame(data: &[u8]) {
-    if serde_json::from_slice::<Value>(data).is_err() {
+    if beyond_value(data) {
         let _ = Item::of_frame(data);
         if let Ok(raw) = serde_json::from_slice::<&RawValue>(data) {
             let _ = Envelope::of(raw).map(|e| (e.data_value(), e.delta().text.is_present()));
@@ -242,11 +242,24 @@ fn check_envelope(raw: &RawValue) {
     assert_eq!(d.text.get(), dstr("text"));
 }
 
+/// JSON that a `Value` cannot hold (a lone surrogate escape, a number beyond f64), which the
+/// views skip unread where it is in a field they do not read
+/// (`a_frame_with_an_unreadable_value_in_a_skipped_field_is_still_read`).
+fn beyond_value(json: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(json).is_err()
+        && serde_json::from_slice::<serde::de::IgnoredAny>(json).is_ok()
+}
+
 /// A kernel's stream in any chunking: the hot path's view and the `Value` reading take the same
 /// items and stop at the same error.
 pub fn check_a2a_stream(data: &[u8]) {
     let (sizes, bytes) = chunking(data);
     let mut fast = A2aStream::new(Chunked::new(bytes, &sizes));
+    if events_fed(bytes, &[]).iter().any(|e| beyond_value(e)) {
+        // The view reads such a frame, the `Value` reading refuses it: nothing to compare.
+        while let Ok(Some(_)) = fast.next_view() {}
+        return;
+    }
     let mut slow = A2aStream::new(Chunked::new(bytes, &[]));
     loop {
         let a = fast.next_view().map(|n| n.map(|n| summary(&n.item)));
