@@ -66,7 +66,12 @@ fn check_secrets_change_nothing(mut tree: serde_json::Value, cwds: &[PathBuf]) {
         parse_run(tree.to_string().as_bytes(), cwds, None)
             .1
             .map(|run| run.digest)
-            .map_err(|e| Lang::ALL.map(|lang| e.message(lang)))
+            .map_err(|e| {
+                Lang::ALL
+                    .iter()
+                    .map(|&lang| e.message(lang))
+                    .collect::<Vec<_>>()
+            })
     };
     let before = verdict(&tree);
     let mut changed = false;
