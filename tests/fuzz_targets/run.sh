@@ -4,7 +4,8 @@
 #   bash tests/fuzz_targets/run.sh replay                   every committed corpus, once through
 #   bash tests/fuzz_targets/run.sh fuzz SECS [TARGET...]    each target (default all) for SECS s,
 #                                                           from its corpus (FUZZ_RUNS caps runs)
-#   bash tests/fuzz_targets/run.sh merge [TARGET...]        minimise target/fuzz/work into corpus/
+#   bash tests/fuzz_targets/run.sh merge [TARGET...]        minimise corpus/ + target/fuzz/work into
+#                                                           corpus/ (every edge, fewest inputs)
 # dict/TARGET.dict holds the keywords of the target's format (field names, states, header names).
 # A campaign's finds go to target/fuzz/work/TARGET (the committed corpus/TARGET is its seed, and
 # `merge` keeps what adds coverage); a crash, hang (-timeout) or out-of-memory (-rss_limit_mb)
@@ -75,9 +76,12 @@ case "${1:-}" in
     build
     for t in $(targets "$@"); do
       tmp="$(mktemp -d)"
-      "$bin/$t" -merge=1 -max_len=65536 "$tmp" "corpus/$t" "$work/$t" 2>&1 | grep -E 'MERGE-OUTER: [0-9]+ new files' || true
+      # Edges only (no hit counts, no comparison operands), the fewest and smallest inputs that
+      # cover them: every edge the campaigns reached, in kilobytes rather than megabytes.
+      "$bin/$t" -set_cover_merge=1 -use_counters=0 -use_cmp=0 -max_len=65536 "$tmp" \
+        "corpus/$t" "$work/$t" 2>&1 | grep -E 'MERGE-OUTER: [0-9]+ new files' || true
       rm -rf "corpus/$t" && mv "$tmp" "corpus/$t"
-      echo "$t: $(ls "corpus/$t" | wc -l) files, $(du -sk "corpus/$t" | cut -f1) KiB"
+      echo "$t: $(ls "corpus/$t" | wc -l) files, $(cat "corpus/$t"/* | wc -c) bytes"
     done
     ;;
   *) sed -n '2,9p' "$0" >&2; exit 2 ;;
