@@ -9,7 +9,9 @@
 # dict/TARGET.dict holds the keywords of the target's format (field names, states, header names).
 # A campaign's finds go to target/fuzz/work/TARGET (the committed corpus/TARGET is its seed, and
 # `merge` keeps what adds coverage); a crash, hang (-timeout) or out-of-memory (-rss_limit_mb)
-# leaves its input in target/fuzz/artifacts/ and fails the run.
+# leaves its input in target/fuzz/artifacts/ and fails the run. The hang limit is 60 s of wall time:
+# every input runs in milliseconds, but a campaign under nice on a loaded machine can wait 20 s
+# for a CPU (a 10 s limit once reported a 13 ms input as a hang).
 #
 # Stable Rust: the instrumentation is LLVM's SanitizerCoverage through -Cpasses/-Cllvm-args (stable
 # flags), the same cargo-fuzz passes; no sanitizer (-Zsanitizer needs nightly), so the targets check
@@ -60,7 +62,7 @@ case "${1:-}" in
       status=0
       dict=()
       [ -f "dict/$t.dict" ] && dict=(-dict="dict/$t.dict")
-      "$bin/$t" "${dict[@]}" -max_total_time="$secs" -runs="${FUZZ_RUNS:--1}" -timeout=10 -rss_limit_mb=2048 \
+      "$bin/$t" "${dict[@]}" -max_total_time="$secs" -runs="${FUZZ_RUNS:--1}" -timeout=60 -rss_limit_mb=2048 \
         -max_len=65536 -print_final_stats=1 -artifact_prefix="$artifacts/$t-" \
         "$work/$t" "corpus/$t" >"$log" 2>&1 || status=$?
       grep -E '^(#[0-9]+ +(INITED|DONE)|stat::|==[0-9]+== ERROR|SUMMARY|Done)' "$log" || true
