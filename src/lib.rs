@@ -15,6 +15,7 @@
 //! |---|---|
 //! | [`http`] | the HTTP surface: dispatch, routes, guards (Host, CORS, bearer), body limits, pre-SSE errors |
 //! | [`hotpath`] | the relay's hot path without sockets, for the frames bench (hidden) |
+//! | [`untrusted`] | the parsers of untrusted bytes and their properties, for the fuzz targets (hidden) |
 //! | `observe` | re-attach after a reload: the thread lookup and the observe stream |
 //! | `pairs` | several pairs: the thread header, unknown threads with history refused |
 //! | [`run`] | admission, the life of a run, resume, crash repair, the cancel extension, shutdown |
@@ -98,3 +99,5 @@ pub mod stream;
 #[doc(hidden)]
 pub mod testing;
 pub mod threadfeed;
+#[doc(hidden)]
+pub mod untrusted;

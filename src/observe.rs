@@ -189,10 +189,10 @@ fn required(body: &Value, key: &str) -> Option<String> {
 
 /// The identity a subscribe request presents: its body's three keys, and the newest messages
 /// its snapshot should hold (`historyLimit`, body or query).
-struct Subscribe {
-    thread_id: String,
-    run_id: String,
-    ros_invocation_id: String,
+pub(crate) struct Subscribe {
+    pub(crate) thread_id: String,
+    pub(crate) run_id: String,
+    pub(crate) ros_invocation_id: String,
     history_limit: Option<usize>,
 }
 
@@ -241,7 +241,7 @@ pub(crate) fn admit_observer(
 }
 
 /// The subscribe body: exactly the reference's keys, the three identities non-empty strings.
-fn subscribe_body(body: &[u8]) -> Result<Subscribe, Error> {
+pub(crate) fn subscribe_body(body: &[u8]) -> Result<Subscribe, Error> {
     let bad = || Msg::ObserveIdentityInvalid.err();
     let v: Value = serde_json::from_slice(body).map_err(|_| bad())?;
     let obj = v.as_object().ok_or_else(bad)?;

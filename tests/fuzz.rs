@@ -1,6 +1,9 @@
 //! Bounded property tests (a deterministic fuzzer): the request parser, the SSE parser and the
 //! projection never panic on any input, and the projection closes every span it opens whatever
 //! the upstream sends. `FUZZ_ITERS` raises the iteration count (default 20,000 per target).
+//! The coverage-guided targets (tests/fuzz_targets) check their properties in
+//! `iac_code_agui::untrusted`; their committed corpora replay here too, and each finding is a
+//! test named for the behaviour, here or beside the parser it was in.
 
 use iac_code_agui::error::Lang;
 use iac_code_agui::input::parse_run;
@@ -458,4 +461,40 @@ fn the_request_head_never_kills_or_hangs_the_server() {
         panic!("/health after the fuzz: {e}");
     }
     assert!(!a.logs().contains("panicked"), "a handler panicked");
+}
+
+/// A coverage-guided target's name and the property it asserts.
+type Target = (&'static str, fn(&[u8]));
+
+/// The committed corpora of the coverage-guided targets (tests/fuzz_targets/corpus/TARGET), each
+/// input through the property its target asserts: what the campaigns found keeps passing without
+/// the fuzzer's instrumentation.
+#[test]
+fn every_committed_fuzz_corpus_input_keeps_its_property() {
+    use iac_code_agui::untrusted as u;
+    let checks: [Target; 9] = [
+        ("run_input", u::check_run_input),
+        ("control_bodies", u::check_control_bodies),
+        ("sse", u::check_sse),
+        ("a2a_frame", u::check_a2a_frame),
+        ("a2a_stream", u::check_a2a_stream),
+        ("cursor", u::check_cursor),
+        ("accept_language", u::check_accept_language),
+        ("yaml_config", u::check_yaml_config),
+        ("http_head", u::check_http_head),
+    ];
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_targets/corpus");
+    for (target, check) in checks {
+        let inputs: Vec<_> = std::fs::read_dir(root.join(target))
+            .unwrap_or_else(|e| panic!("corpus of {target}: {e}"))
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(!inputs.is_empty(), "the corpus of {target} is empty");
+        for input in inputs {
+            let data = std::fs::read(&input).unwrap();
+            if std::panic::catch_unwind(|| check(&data)).is_err() {
+                panic!("{target}: {} breaks its property", input.display());
+            }
+        }
+    }
 }

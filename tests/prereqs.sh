@@ -83,6 +83,9 @@ check_suite() {
   if runs SKIP_STATIC; then
     have file || deb file
   fi
+  if runs SKIP_FUZZ; then
+    have c++ || deb g++ # libfuzzer-sys compiles libFuzzer (C++) for the fuzz targets
+  fi
   if runs SKIP_CONFORMANCE || runs SKIP_BROWSER || runs SKIP_FRAMEWORKS || runs SKIP_REAL_KERNEL || runs SKIP_PAIRS; then
     if ! have node || ! node -e 'process.exit(parseInt(process.versions.node) < 20 ? 1 : 0)' 2>/dev/null; then
       tools+=("Node >= 20 with npm (node is $(node --version 2>/dev/null || echo missing);" \
@@ -127,7 +130,7 @@ fi
   for t in "${tools[@]}"; do echo "  $t"; done
   if [[ "$caller" == tests/run-all.sh ]]; then
     echo "  A step can be skipped instead: SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1," \
-      "SKIP_CONFORMANCE=1, SKIP_REAL_KERNEL=1, SKIP_STATIC=1."
+      "SKIP_CONFORMANCE=1, SKIP_REAL_KERNEL=1, SKIP_STATIC=1, SKIP_FUZZ=1."
   fi
 } >&2
 exit 1

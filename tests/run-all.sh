@@ -4,7 +4,7 @@
 # packages and the Python venv.
 #   bash tests/run-all.sh
 # Parts can be skipped for a quick local loop: SKIP_REAL_KERNEL=1, SKIP_CONFORMANCE=1,
-# SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1; LOAD_SECS sets the load test's duration (default 60),
+# SKIP_STATIC=1, SKIP_BROWSER=1, SKIP_FRAMEWORKS=1, SKIP_PAIRS=1, SKIP_FUZZ=1; LOAD_SECS sets the load test's duration (default 60),
 # SOAK_SECS the chaos soak's (default 60 here; the bench's own default is 1800).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +58,12 @@ step "chaos soak, short: 50 clients for ${SOAK_SECS:-60} s with faults injected,
 # Built first (the bench profile's build is not part of the time bound), then bounded.
 cargo bench --quiet --bench soak --no-run
 SOAK_SECS="${SOAK_SECS:-60}" timeout "$(( ${SOAK_SECS:-60} + 240 ))" cargo bench --quiet --bench soak
+
+if [ -z "${SKIP_FUZZ:-}" ]; then
+  step "coverage-guided fuzzing (libFuzzer): every committed corpus replayed, then ${FUZZ_SECS:-5} s per target"
+  bash tests/fuzz_targets/run.sh replay
+  bash tests/fuzz_targets/run.sh fuzz "${FUZZ_SECS:-5}"
+fi
 
 step "every captured stream validates with the Python ag-ui-protocol models"
 bash tests/validate-captures.sh "$captures"

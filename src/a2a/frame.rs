@@ -488,4 +488,22 @@ mod tests {
         .unwrap();
         assert_eq!(parts.head.parts.as_str(), "ab\n");
     }
+
+    /// Found by the `a2a_stream` fuzz target: the view skips what it does not read without
+    /// checking it to the end, so a frame whose skipped field holds a lone surrogate escape or a
+    /// number beyond f64 is read, where a `Value` refuses the whole frame. The fields it reads
+    /// are checked: the same escape there refuses the frame (and the slow way says why).
+    #[test]
+    fn a_frame_with_an_unreadable_value_in_a_skipped_field_is_still_read() {
+        for frame in [
+            r#"{"result":{"statusUpdate":{"taskId":"t"}},"id":"a\ud83d1"}"#,
+            r#"{"result":{"statusUpdate":{"taskId":"t","x":1e999}}}"#,
+        ] {
+            assert!(serde_json::from_str::<Value>(frame).is_err(), "{frame}");
+            let item = Item::of_frame(frame.as_bytes()).expect("read");
+            assert_eq!(item.head.task_id.get(), Some("t"));
+        }
+        let read_field = br#"{"result":{"statusUpdate":{"taskId":"a\ud83d1"}}}"#;
+        assert!(Item::of_frame(read_field).is_none());
+    }
 }

@@ -27,4 +27,5 @@ pub(crate) use message::{
     user_message, CloudCredentials, ExecutionMode, ThinkingMetadata, Turn, TurnOptions,
 };
 pub(crate) use reader::{A2aStream, Next};
+pub(crate) use rpc::parse_rpc;
 pub(crate) use rpc::{Rpc, SESSION_BACKUP_NOT_READY};

@@ -62,7 +62,9 @@ impl<R: std::io::Read> A2aStream<R> {
                     return Ok(Some(Next { item, buffered }));
                 }
                 // Not a plain result (or a shape the view refuses, such as a repeated key): the
-                // `Value` reading decides, so both readings accept the same frames.
+                // `Value` reading decides, so both readings accept the same frames, but for one
+                // leniency of the view: what it skips unread is not checked to the end (a lone
+                // surrogate escape, a number beyond f64), where a `Value` refuses the frame.
                 (parse_rpc(data)?, text, buffered)
             }
         };

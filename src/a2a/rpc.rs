@@ -25,7 +25,7 @@ pub(super) const TASK_NOT_FOUND: i64 = -32001;
 /// (`iac_code/a2a/app.py`).
 pub(crate) const SESSION_BACKUP_NOT_READY: &str = "SESSION_BACKUP_NOT_READY";
 
-pub(super) fn parse_rpc(data: &[u8]) -> Result<Value, Error> {
+pub(crate) fn parse_rpc(data: &[u8]) -> Result<Value, Error> {
     let v: Value = serde_json::from_slice(data).map_err(|_| Msg::StreamNotJson.err())?;
     match rpc_of(v)? {
         Rpc::Result(r) => Ok(r),

@@ -26,6 +26,11 @@ mod values;
 mod yaml;
 
 pub use help::usage;
+pub(crate) use parse::yaml_config;
+/// The `--config` YAML subset read from text (the fuzz target of `crate::untrusted`).
+pub(crate) fn yaml_map(text: &str) -> Result<std::collections::HashMap<String, String>, String> {
+    yaml::parse_yaml_text("--config", text)
+}
 pub(crate) use loopback::is_loopback_host;
 
 use std::path::PathBuf;

@@ -25,21 +25,36 @@ impl Command {
             Some(path) => parse_yaml(path)?,
             None => HashMap::new(),
         };
-        let mut config = Config::default();
-        for def in DEFS {
-            let text = resolve(def, &given, &env, &yaml);
-            (def.set)(&mut config, Value::new(def.name, text, &env))?;
-        }
-        config.allowed_cwds = allowed_cwds(&env);
-        if config.auth_token.is_some() && config.cors_allow_origins.iter().any(|o| o == "*") {
-            return Err(
-                "'--cors-allow-origin *' is refused while IAC_CODE_AGUI_AUTH_TOKEN is set: \
-                        list the console origins exactly"
-                    .into(),
-            );
-        }
-        Ok(Command::Run(Box::new(config)))
+        build(&given, &env, &yaml).map(|config| Command::Run(Box::new(config)))
     }
+}
+
+/// The configuration the sources give, each option from the first source that has it.
+fn build(
+    given: &HashMap<&'static str, String>,
+    env: &impl Fn(&str) -> Option<String>,
+    yaml: &HashMap<String, String>,
+) -> Result<Config, String> {
+    let mut config = Config::default();
+    for def in DEFS {
+        let text = resolve(def, given, env, yaml);
+        (def.set)(&mut config, Value::new(def.name, text, env))?;
+    }
+    config.allowed_cwds = allowed_cwds(env);
+    if config.auth_token.is_some() && config.cors_allow_origins.iter().any(|o| o == "*") {
+        return Err(
+            "'--cors-allow-origin *' is refused while IAC_CODE_AGUI_AUTH_TOKEN is set: \
+                    list the console origins exactly"
+                .into(),
+        );
+    }
+    Ok(config)
+}
+
+/// The configuration a `--config` file's keys give alone (no flag, no variable): for the fuzz
+/// target of the YAML subset (`crate::untrusted`).
+pub(crate) fn yaml_config(yaml: &HashMap<String, String>) -> Result<Config, String> {
+    build(&HashMap::new(), &|_: &str| None, yaml)
 }
 
 /// The option's text from the first source that has it: the command line, the variable (an empty

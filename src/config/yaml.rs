@@ -8,6 +8,11 @@ use super::defs::DEFS;
 pub(super) fn parse_yaml(path: &str) -> Result<HashMap<String, String>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read --config file '{path}': {e}"))?;
+    parse_yaml_text(path, &text)
+}
+
+/// The YAML subset in `text` (read from `path`, which errors name).
+pub(crate) fn parse_yaml_text(path: &str, text: &str) -> Result<HashMap<String, String>, String> {
     let mut map = HashMap::new();
     for (n, raw) in text.lines().enumerate() {
         let line = raw.trim();

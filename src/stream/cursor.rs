@@ -32,7 +32,6 @@ pub(crate) fn tag(execution_id: &str) -> String {
     crate::ids::sha256_hex(execution_id.as_bytes())[..10].to_string()
 }
 
-#[cfg(test)]
 pub(crate) fn format(tag: &str, seq: u64, sub: Option<usize>) -> String {
     let mut id = Vec::new();
     write_id(&mut id, tag, seq, sub);
@@ -51,14 +50,16 @@ fn write_id(out: &mut Vec<u8>, tag: &str, seq: u64, sub: Option<usize>) {
 }
 
 /// A cursor of this process: `(tag, seq)`. `None` for anything else (another start, a
-/// join's prelude before its last frame, garbage).
+/// join's prelude before its last frame, garbage), and for a position spelt otherwise than this
+/// process writes it (`+7`, `07`): one position, one cursor (found by the `cursor` fuzz target).
 pub(crate) fn parse(s: &str) -> Option<(String, u64)> {
     let mut parts = s.trim().split('.');
     let (e, tag, seq) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() || e != epoch() {
         return None;
     }
-    Some((tag.to_string(), seq.parse().ok()?))
+    let canonical = seq.bytes().all(|b| b.is_ascii_digit()) && !seq.starts_with('0');
+    Some((tag.to_string(), seq.parse().ok().filter(|_| canonical)?))
 }
 
 /// One SSE frame: `id:` then `data:`.
@@ -86,5 +87,16 @@ mod tests {
         assert_eq!(parse(&before_restart), None);
         assert_eq!(parse("garbage"), None);
         assert!(next_seq() < next_seq());
+    }
+
+    #[test]
+    fn a_position_spelt_another_way_is_not_a_cursor() {
+        assert_eq!(parse(&format("abc", 8, None)), Some(("abc".into(), 8)));
+        for seq in ["08", "+8", "0", " 8", "", "1e1"] {
+            let id = format!("{}.abc.{seq}", epoch());
+            assert_eq!(parse(&id), None, "{id:?}");
+        }
+        let padded = format!("  {}.abc.8\r\n", epoch());
+        assert_eq!(parse(&padded), Some(("abc".into(), 8)));
     }
 }

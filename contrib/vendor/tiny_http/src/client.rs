@@ -98,23 +98,6 @@ impl ClientConnection {
         self.secure
     }
 
-    /// Reads one byte of the request head (the head deadline applies to the socket reads).
-    fn read_head_byte(&mut self) -> Result<u8, ReadError> {
-        let mut byte = [0u8];
-        loop {
-            return match self.next_header_source.read(&mut byte) {
-                Ok(0) => Err(ReadError::ReadIoError(IoError::new(
-                    ErrorKind::ConnectionAborted,
-                    "Unexpected EOF",
-                ))),
-                Ok(_) => Ok(byte[0]),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) if is_timeout(&e) => Err(ReadError::Refuse(408)),
-                Err(e) => Err(ReadError::ReadIoError(e)),
-            };
-        }
-    }
-
     /// Waits for the first byte of the next request, at most `keepalive_timeout` of idleness.
     fn wait_first_byte(&mut self) -> Result<u8, ReadError> {
         self.ctl.set_read_timeout(self.limits.keepalive_timeout);
@@ -133,109 +116,9 @@ impl ClientConnection {
         }
     }
 
-    /// Reads the next line from self.next_header_source, until `CRLF`, which it drops. The line,
-    /// CRLF included, may take at most `max` bytes: beyond, `Refuse(too_long)` without reading
-    /// further. Returns the line and the bytes it took.
-    fn read_next_line(
-        &mut self,
-        mut first: Option<u8>,
-        max: usize,
-        too_long: u16,
-    ) -> Result<(AsciiString, usize), ReadError> {
-        let mut buf = Vec::new();
-        let mut prev_byte_was_cr = false;
-
-        loop {
-            let byte = match first.take() {
-                Some(b) => b,
-                None => self.read_head_byte()?,
-            };
-
-            if byte == b'\n' && prev_byte_was_cr {
-                let used = buf.len() + 1;
-                buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf)
-                    .map(|line| (line, used))
-                    .map_err(|_| ReadError::Refuse(400));
-            }
-            // iac-code-agui patch: a bare LF or a bare CR ends nothing here; it is refused at once
-            // (400) instead of waiting for a CRLF until the head deadline (PATCHES.md, 8)
-            if byte == b'\n' || prev_byte_was_cr {
-                return Err(ReadError::Refuse(400));
-            }
-
-            prev_byte_was_cr = byte == b'\r';
-
-            buf.push(byte);
-            if buf.len() >= max {
-                return Err(ReadError::Refuse(too_long));
-            }
-        }
-    }
-
     /// Reads a request head, within the size limits, given its first byte.
-    fn read_head(
-        &mut self,
-        first: u8,
-    ) -> Result<(Method, String, HTTPVersion, Vec<crate::Header>), ReadError> {
-        let max_head = self.limits.max_head_bytes;
-        let max_url = self.limits.max_url_bytes;
-        let line_max = max_url.saturating_add(REQUEST_LINE_SLACK);
-
-        // iac-code-agui patch: one empty line (CRLF) before the request line is skipped, as
-        // RFC 9112 §2.2 asks of a server (a client that ends a body with an extra CRLF); a second
-        // one, or a bare LF, is refused (PATCHES.md, 8)
-        let first = if first == b'\r' {
-            if self.read_head_byte()? != b'\n' {
-                return Err(ReadError::Refuse(400));
-            }
-            self.read_head_byte()?
-        } else {
-            first
-        };
-        if first == b'\r' || first == b'\n' {
-            return Err(ReadError::Refuse(400));
-        }
-
-        // reading the request line
-        let (line, used) = if line_max < max_head {
-            self.read_next_line(Some(first), line_max, 414)?
-        } else {
-            self.read_next_line(Some(first), max_head, 431)?
-        };
-        let (method, path, version) = parse_request_line(
-            line.as_str().trim(), // TODO: remove this conversion
-        )?;
-        if path.len() > max_url {
-            return Err(ReadError::Refuse(414));
-        }
-        // HTTP/0.9 has no status line or headers to answer with, and HTTP/2+ is not spoken here:
-        // both get an HTTP/1.1 505 rather than a response that echoes their version.
-        if version > (1, 1) || version < (1, 0) {
-            return Err(ReadError::Refuse(505));
-        }
-
-        // getting all headers
-        let mut left = max_head - used;
-        let mut headers = Vec::new();
-        loop {
-            let (line, used) = self.read_next_line(None, left, 431)?;
-            left -= used;
-
-            if line.is_empty() {
-                break;
-            };
-            if headers.len() >= self.limits.max_headers {
-                return Err(ReadError::Refuse(431));
-            }
-            headers.push(match FromStr::from_str(line.as_str().trim()) {
-                // TODO: remove this conversion
-                Ok(h) => h,
-                _ => return Err(ReadError::WrongHeader(version)),
-            });
-        }
-
-        Ok((method, path, version, headers))
+    fn read_head(&mut self, first: u8) -> Result<RequestHead, ReadError> {
+        read_head(&mut self.next_header_source, &self.limits, first)
     }
 
     /// Reads a request from the stream.
@@ -308,22 +191,7 @@ impl ClientConnection {
             data_source,
             writer,
         )
-        .map_err(|e| {
-            use crate::request;
-            match e {
-                request::RequestCreationError::CreationIoError(e) if is_timeout(&e) => {
-                    ReadError::Refuse(408)
-                }
-                request::RequestCreationError::CreationIoError(e) => ReadError::ReadIoError(e),
-                request::RequestCreationError::ExpectationFailed => {
-                    ReadError::ExpectationFailed(version)
-                }
-                request::RequestCreationError::BadFraming(why) => {
-                    log::debug!("refusing a request: {}", why);
-                    ReadError::Refuse(400)
-                }
-            }
-        })?;
+        .map_err(|e| creation_error(e, version))?;
 
         let mut request = request;
         request.set_ctl(self.ctl.clone());
@@ -407,6 +275,170 @@ impl Iterator for ClientConnection {
     }
 }
 
+/// Why a request head read without error could not become a request.
+fn creation_error(e: crate::request::RequestCreationError, version: HTTPVersion) -> ReadError {
+    use crate::request::RequestCreationError;
+    match e {
+        RequestCreationError::CreationIoError(e) if is_timeout(&e) => ReadError::Refuse(408),
+        RequestCreationError::CreationIoError(e) => ReadError::ReadIoError(e),
+        RequestCreationError::ExpectationFailed => ReadError::ExpectationFailed(version),
+        RequestCreationError::BadFraming(why) => {
+            log::debug!("refusing a request: {}", why);
+            ReadError::Refuse(400)
+        }
+    }
+}
+
+/// iac-code-agui patch: the request-head parser and the request framing over bytes in memory,
+/// for the coverage-guided fuzz targets (tests/fuzz_targets in iac-code-agui): what a connection
+/// makes of the first bytes a client sends, without a socket. `Err` is the status the connection
+/// answers before it closes (`0`: the bytes ended first, closed without an answer).
+#[doc(hidden)]
+pub fn parse_request(bytes: &[u8], limits: &Limits) -> Result<Request, u16> {
+    let status = |e: ReadError| match e {
+        ReadError::WrongRequestLine | ReadError::WrongHeader(_) => 400,
+        ReadError::ExpectationFailed(_) => 417,
+        ReadError::Refuse(status) => status,
+        ReadError::Idle | ReadError::ReadIoError(_) => 0,
+    };
+    let mut src = std::io::Cursor::new(bytes.to_vec());
+    let first = read_head_byte(&mut src).map_err(status)?;
+    let (method, path, version, headers) = read_head(&mut src, limits, first).map_err(status)?;
+    let request = crate::request::new_request(
+        false,
+        method,
+        path,
+        version.clone(),
+        headers,
+        None,
+        src,
+        std::io::sink(),
+    );
+    request.map_err(|e| status(creation_error(e, version)))
+}
+
+/// A request head: the request line's parts and the headers.
+type RequestHead = (Method, String, HTTPVersion, Vec<crate::Header>);
+
+/// Reads one byte of the request head (the head deadline applies to the socket reads).
+fn read_head_byte(src: &mut impl Read) -> Result<u8, ReadError> {
+    let mut byte = [0u8];
+    loop {
+        return match src.read(&mut byte) {
+            Ok(0) => Err(ReadError::ReadIoError(IoError::new(
+                ErrorKind::ConnectionAborted,
+                "Unexpected EOF",
+            ))),
+            Ok(_) => Ok(byte[0]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if is_timeout(&e) => Err(ReadError::Refuse(408)),
+            Err(e) => Err(ReadError::ReadIoError(e)),
+        };
+    }
+}
+
+/// Reads the next line from `src`, until `CRLF`, which it drops. The line,
+/// CRLF included, may take at most `max` bytes: beyond, `Refuse(too_long)` without reading
+/// further. Returns the line and the bytes it took.
+fn read_next_line(
+    src: &mut impl Read,
+    mut first: Option<u8>,
+    max: usize,
+    too_long: u16,
+) -> Result<(AsciiString, usize), ReadError> {
+    let mut buf = Vec::new();
+    let mut prev_byte_was_cr = false;
+
+    loop {
+        let byte = match first.take() {
+            Some(b) => b,
+            None => read_head_byte(src)?,
+        };
+
+        if byte == b'\n' && prev_byte_was_cr {
+            let used = buf.len() + 1;
+            buf.pop(); // removing the '\r'
+            return AsciiString::from_ascii(buf)
+                .map(|line| (line, used))
+                .map_err(|_| ReadError::Refuse(400));
+        }
+        // iac-code-agui patch: a bare LF or a bare CR ends nothing here; it is refused at once
+        // (400) instead of waiting for a CRLF until the head deadline (PATCHES.md, 8)
+        if byte == b'\n' || prev_byte_was_cr {
+            return Err(ReadError::Refuse(400));
+        }
+
+        prev_byte_was_cr = byte == b'\r';
+
+        buf.push(byte);
+        if buf.len() >= max {
+            return Err(ReadError::Refuse(too_long));
+        }
+    }
+}
+
+/// Reads a request head, within the size limits, given its first byte.
+fn read_head(src: &mut impl Read, limits: &Limits, first: u8) -> Result<RequestHead, ReadError> {
+    let max_head = limits.max_head_bytes;
+    let max_url = limits.max_url_bytes;
+    let line_max = max_url.saturating_add(REQUEST_LINE_SLACK);
+
+    // iac-code-agui patch: one empty line (CRLF) before the request line is skipped, as
+    // RFC 9112 §2.2 asks of a server (a client that ends a body with an extra CRLF); a second
+    // one, or a bare LF, is refused (PATCHES.md, 8)
+    let first = if first == b'\r' {
+        if read_head_byte(src)? != b'\n' {
+            return Err(ReadError::Refuse(400));
+        }
+        read_head_byte(src)?
+    } else {
+        first
+    };
+    if first == b'\r' || first == b'\n' {
+        return Err(ReadError::Refuse(400));
+    }
+
+    // reading the request line
+    let (line, used) = if line_max < max_head {
+        read_next_line(src, Some(first), line_max, 414)?
+    } else {
+        read_next_line(src, Some(first), max_head, 431)?
+    };
+    let (method, path, version) = parse_request_line(
+        line.as_str().trim(), // TODO: remove this conversion
+    )?;
+    if path.len() > max_url {
+        return Err(ReadError::Refuse(414));
+    }
+    // HTTP/0.9 has no status line or headers to answer with, and HTTP/2+ is not spoken here:
+    // both get an HTTP/1.1 505 rather than a response that echoes their version.
+    if version > (1, 1) || version < (1, 0) {
+        return Err(ReadError::Refuse(505));
+    }
+
+    // getting all headers
+    let mut left = max_head - used;
+    let mut headers = Vec::new();
+    loop {
+        let (line, used) = read_next_line(src, None, left, 431)?;
+        left -= used;
+
+        if line.is_empty() {
+            break;
+        };
+        if headers.len() >= limits.max_headers {
+            return Err(ReadError::Refuse(431));
+        }
+        headers.push(match FromStr::from_str(line.as_str().trim()) {
+            // TODO: remove this conversion
+            Ok(h) => h,
+            _ => return Err(ReadError::WrongHeader(version)),
+        });
+    }
+
+    Ok((method, path, version, headers))
+}
+
 /// Parses a "HTTP/1.1" string.
 fn parse_http_version(version: &str) -> Result<HTTPVersion, ReadError> {
     let (major, minor) = match version {
@@ -447,5 +479,29 @@ mod test {
 
         assert!(super::parse_request_line("GET /hello").is_err());
         assert!(super::parse_request_line("qsd qsd qsd").is_err());
+    }
+
+    #[test]
+    fn parse_request_reads_a_head_as_a_connection_does() {
+        use std::io::Read;
+        let limits = crate::Limits {
+            max_headers: 2,
+            ..crate::Limits::default()
+        };
+        let head = b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n";
+        let mut rq = super::parse_request(head, &limits).unwrap();
+        assert_eq!((rq.method(), rq.url()), (&crate::Method::Post, "/x"));
+        let mut body = String::new();
+        rq.as_reader().read_to_string(&mut body).unwrap();
+        assert_eq!(body, "hi");
+        let refused = |bytes: &[u8]| super::parse_request(bytes, &limits).err();
+        assert_eq!(refused(b"GET / HTTP/1.1\nHost: h\r\n\r\n"), Some(400));
+        assert_eq!(
+            refused(b"GET / HTTP/1.1\r\na: 1\r\nb: 2\r\nc: 3\r\n\r\n"),
+            Some(431)
+        );
+        assert_eq!(refused(b"GET / HTTP/2.0\r\n\r\n"), Some(505));
+        assert_eq!(refused(b"GET / HTTP/1.1\r\nExpect: x\r\n\r\n"), Some(417));
+        assert_eq!(refused(b"GET / HTTP/1.1\r\nHost"), Some(0));
     }
 }

@@ -112,6 +112,8 @@ use client::ClientConnection;
 use connection::Connection;
 use util::MessagesQueue;
 
+#[doc(hidden)]
+pub use client::parse_request;
 pub use common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
 pub use connection::{ConfigListenAddr, ListenAddr, Listener};
 pub use request::{ReadWrite, Request};

@@ -1,0 +1,3 @@
+#![no_main]
+// The property is check_http_head's (src/untrusted): one call, so a finding replays as one call in tests/fuzz.rs.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iac_code_agui::untrusted::check_http_head(data));
