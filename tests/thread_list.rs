@@ -132,15 +132,16 @@ fn a_users_threads_are_listed_newest_first_with_the_state_the_lookup_reports() {
     let threads = page["threads"].as_array().unwrap();
     assert_eq!(ids(threads), ["running-1", "waiting-1", "idle-1"]);
     let expect = [
-        ("running", 0, "run-gated"),
-        ("waiting", 1, "r1"),
-        ("idle", 0, "r2"),
+        ("running", 0, "run-gated", "scenario:gated"),
+        ("waiting", 1, "r1", "scenario:permission"),
+        ("idle", 0, "r2", "hi"),
     ];
-    for (t, (state, pending, run)) in threads.iter().zip(expect) {
+    for (t, (state, pending, run, title)) in threads.iter().zip(expect) {
         assert_eq!(t["state"], state, "{t}");
         assert_eq!(t["pendingInterrupts"], pending, "{t}");
         assert_eq!(t["runId"], run, "{t}");
-        assert!(t["title"].is_null(), "no conversation log yet: {t}");
+        // The title is the thread's first user message, from its conversation log's header.
+        assert_eq!(t["title"], title, "{t}");
         assert!(
             is_rfc3339_millis(&t["createdAt"]) && is_rfc3339_millis(&t["updatedAt"]),
             "{t}"
@@ -312,8 +313,8 @@ fn the_list_is_the_same_after_a_restart() {
         Some("alice"),
     ));
     turn(&a, "t1", "r2", Some("alice"));
-    // Two threads have a conversation log (its header names their creation time); the others
-    // are known by their state files only.
+    // Two threads' conversation logs are replaced by a header alone (another title and creation
+    // time): the list shows what the header says.
     let history = a.state_dir.join("history");
     std::fs::create_dir_all(&history).unwrap();
     for (t, title) in [("t1", "First"), ("w", "Second")] {
@@ -332,20 +333,12 @@ fn the_list_is_the_same_after_a_restart() {
         "every field, the title and creation time included"
     );
     assert_eq!(after[1]["state"], "waiting");
-    // Without a log, the creation time is the earliest write the adapter saw: after a restart,
-    // the state file's last one.
-    let without_created = |v: &[Value]| {
-        v.iter()
-            .map(|t| {
-                let mut t = t.clone();
-                t.as_object_mut().unwrap().remove("createdAt");
-                t
-            })
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(without_created(&after), without_created(&before));
+    // Every thread has its conversation log, whose header keeps the creation time and the title
+    // across the restart.
+    assert_eq!(after, before);
     for t in &after[2..] {
-        assert_eq!(t["createdAt"], t["updatedAt"], "{t}");
+        assert_eq!(t["title"], "hi", "{t}");
+        assert!(t["createdAt"].as_str() <= t["updatedAt"].as_str(), "{t}");
     }
 }
 
