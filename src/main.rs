@@ -108,20 +108,53 @@ fn install_signal_handlers() {
     }
 }
 
-/// Each SSE run holds two sockets (client and upstream); the default soft limit of 1024 open files
-/// would cap us near 500 concurrent runs, so take the hard limit.
+/// Each SSE run holds two descriptors (the client's connection and the upstream stream; a managed
+/// kernel is its own process), so the default soft limit of 1024 would cap us near 500
+/// concurrent runs: take the hard limit (an unprivileged process cannot go beyond it), and say
+/// how many runs it allows, with a warning when that is fewer than `RUNS_WANTED`.
 fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit on a local struct.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    let raised = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
         }
+        if lim.rlim_cur < lim.rlim_max {
+            let wanted = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+        lim.rlim_cur
+    };
+    let runs = runs_within(raised);
+    if runs < RUNS_WANTED {
+        log::warn!(
+            "open-file limit {raised} (the hard limit): room for about {runs} concurrent runs, \
+             fewer than {RUNS_WANTED} (each run holds 2 descriptors: its client connection and its \
+             upstream stream); raise the hard limit (LimitNOFILE= in a systemd unit, `ulimit -Hn` \
+             as root, docker run --ulimit nofile=N:N) for more"
+        );
+    } else {
+        log::info!("open-file limit {raised}: room for about {runs} concurrent runs");
     }
+}
+
+/// The concurrent runs the adapter should hold on a host that allows it (issue 27).
+const RUNS_WANTED: u64 = 10_000;
+/// Descriptors that are not a run's: stdio, the listener, the log, state files being written,
+/// /health and other short requests in flight.
+const FD_RESERVE: u64 = 64;
+
+/// How many runs fit in `limit` open files.
+fn runs_within(limit: u64) -> u64 {
+    limit.saturating_sub(FD_RESERVE) / 2
 }
 
 /// The bound server, or the reason on stderr and exit 1.

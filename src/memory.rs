@@ -11,6 +11,8 @@
 //! the free pages inside every arena. All of it is plain glibc (also in a crt-static build).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Blocks from this size on get a mapping of their own, unmapped when freed (glibc's default is
 /// 128 KiB, but dynamic; setting it also fixes the trim threshold).
@@ -59,8 +61,110 @@ pub fn trim() {
     }
 }
 
+/// Runs admitted since the last trim of the idle heap.
+static ADMITTED: AtomicU64 = AtomicU64::new(0);
+/// How often at most the idle heap is trimmed after runs were admitted.
+const TRIM_EVERY: Duration = Duration::from_secs(2);
+
+/// A run was admitted: its admission's transient allocations (the parsed request, the state
+/// document written, the A2A request bytes) are freed by now or soon, and leave free holes
+/// between the blocks that live as long as the run. glibc keeps such holes resident; a
+/// background thread gives their pages back (`malloc_trim(0)`) at most every `TRIM_EVERY`, only
+/// after admissions, so an idle or steady adapter never pays for it.
+pub(crate) fn note_admitted() {
+    static TRIMMER: std::sync::Once = std::sync::Once::new();
+    ADMITTED.fetch_add(1, Ordering::Relaxed);
+    TRIMMER.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("heap-trim".into())
+            .stack_size(128 * 1024)
+            .spawn(|| {
+                let mut seen = 0;
+                loop {
+                    std::thread::sleep(TRIM_EVERY);
+                    let now = ADMITTED.load(Ordering::Relaxed);
+                    if now != seen {
+                        seen = now;
+                        trim();
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("no heap-trim thread ({e}); freed memory stays with the allocator");
+        }
+    });
+}
+
+/// Pages of this thread's stack below the current frame (less a margin) are given back to the
+/// system: a long-lived thread (a held run) keeps resident only what its idle wait needs, not what
+/// its deepest call once touched (admission parses and validates the request, writes the state,
+/// logs). Later calls touch fresh zero pages again. The guard page below the stack is never
+/// touched: the range starts one page above the stack's lowest address. A cheap call (one
+/// `pthread_getattr_np` and one `madvise`); callers rate-limit it all the same.
+pub(crate) fn release_unused_stack() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: pthread_getattr_np fills a local attribute object for this thread (a spawned thread:
+    // no /proc read), destroyed after use; madvise(MADV_DONTNEED) covers only addresses below the
+    // live frames (STACK_MARGIN under this function's own frame), inside this thread's stack.
+    unsafe {
+        let marker = 0u8;
+        let here = std::ptr::addr_of!(marker) as usize;
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return;
+        }
+        let mut low: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut low, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        let low = low as usize;
+        if !ok || here <= low || here >= low + size {
+            return;
+        }
+        let start = (low + 2 * PAGE - 1) & !(PAGE - 1);
+        let end = here.saturating_sub(STACK_MARGIN) & !(PAGE - 1);
+        if end > start {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+const PAGE: usize = 4096;
+/// What stays below the caller's frame: this function's own frame and the libc calls it makes
+/// (a few hundred bytes; the kernel's side of madvise does not use this stack).
+const STACK_MARGIN: usize = 2 * 1024;
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn releasing_the_unused_stack_keeps_the_live_frames_intact() {
+        // Touch a deep frame, release what lies below, and use both the caller's data and a
+        // fresh deep frame again: the released pages come back as zero pages, the live ones keep
+        // their contents.
+        fn deep(n: usize) -> u64 {
+            let buf = [n as u8; 4096];
+            if n == 0 {
+                return buf[17] as u64;
+            }
+            deep(n - 1) + buf[100] as u64
+        }
+        let live = [7u8; 1024];
+        assert_eq!(deep(32), (1..=32).sum::<u64>());
+        std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                let mine = [9u8; 2048];
+                assert_eq!(deep(48), (1..=48).sum::<u64>());
+                super::release_unused_stack();
+                assert!(mine.iter().all(|b| *b == 9));
+                assert_eq!(deep(48), (1..=48).sum::<u64>());
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(live.iter().all(|b| *b == 7));
+    }
+
     #[test]
     fn a_large_body_trims_once_when_its_request_ends() {
         super::note_body(super::LARGE_BODY - 1);

@@ -118,6 +118,13 @@ impl ClientConnection {
     /// Waits for the first byte of the next request, at most `keepalive_timeout` of idleness.
     fn wait_first_byte(&mut self) -> Result<u8, ReadError> {
         self.ctl.set_read_timeout(self.limits.keepalive_timeout);
+        // iac-code-agui patch: a response still being written may be a long stream, and this
+        // thread then waits as long: the application may give back its unused stack first
+        if self.sink.in_flight() > 0 {
+            if let Some(hook) = self.limits.on_stream_wait {
+                hook();
+            }
+        }
         let mut byte = [0u8];
         loop {
             return match self.next_header_source.read(&mut byte) {

@@ -28,6 +28,8 @@ fn small_limits() -> Limits {
                 "application/json",
             )
         }),
+        thread_stack: Some(256 * 1024),
+        on_stream_wait: None,
     }
 }
 
