@@ -11,8 +11,6 @@
 //! the free pages inside every arena. All of it is plain glibc (also in a crt-static build).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 /// Blocks from this size on get a mapping of their own, unmapped when freed (glibc's default is
 /// 128 KiB, but dynamic; setting it also fixes the trim threshold).
@@ -59,40 +57,6 @@ pub fn trim() {
     unsafe {
         libc::malloc_trim(0);
     }
-}
-
-/// Runs admitted since the last trim of the idle heap.
-static ADMITTED: AtomicU64 = AtomicU64::new(0);
-/// How often at most the idle heap is trimmed after runs were admitted.
-const TRIM_EVERY: Duration = Duration::from_secs(2);
-
-/// A run was admitted: its admission's transient allocations (the parsed request, the state
-/// document written, the A2A request bytes) are freed by now or soon, and leave free holes
-/// between the blocks that live as long as the run. glibc keeps such holes resident; a
-/// background thread gives their pages back (`malloc_trim(0)`) at most every `TRIM_EVERY`, only
-/// after admissions, so an idle or steady adapter never pays for it.
-pub(crate) fn note_admitted() {
-    static TRIMMER: std::sync::Once = std::sync::Once::new();
-    ADMITTED.fetch_add(1, Ordering::Relaxed);
-    TRIMMER.call_once(|| {
-        let spawned = std::thread::Builder::new()
-            .name("heap-trim".into())
-            .stack_size(128 * 1024)
-            .spawn(|| {
-                let mut seen = 0;
-                loop {
-                    std::thread::sleep(TRIM_EVERY);
-                    let now = ADMITTED.load(Ordering::Relaxed);
-                    if now != seen {
-                        seen = now;
-                        trim();
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            log::warn!("no heap-trim thread ({e}); freed memory stays with the allocator");
-        }
-    });
 }
 
 /// Pages of this thread's stack below the current frame (less a margin) are given back to the

@@ -23,10 +23,13 @@ fn a_large_deeply_nested_pipeline_frame_goes_through_the_projection_on_the_run_s
     let k = FakeKernel::start();
     let big = "x".repeat(2 * 1024 * 1024);
     let data = nested(DEPTH, json!({"marker": "deep-leaf", "text": big}));
+    // A CUSTOM type (candidate_completed): its envelope, data included, reaches the client.
     let frame = pipe(
-        "step_completed",
+        "candidate_completed",
         1,
-        json!({"step": {"id": "intent_parsing", "runId": "step-intent_parsing-1", "attempt": 1},
+        json!({"scope": "candidate",
+               "step": {"id": "architecture_planning", "runId": "step-architecture_planning-1", "attempt": 1},
+               "candidate": {"id": "c1", "runId": "c1-run-1", "index": 0, "attempt": 1},
                "data": {"result": data}}),
     );
     k.script(

@@ -298,9 +298,6 @@ impl<'a> Run<'a> {
             // Nothing more buffered: the next read may wait long (a held run). What admission
             // and the projection touched below this frame goes back (at most once a second).
             if !next.buffered && stack_released.is_none_or(|t| t.elapsed() >= STACK_RELEASE) {
-                if stack_released.is_none() {
-                    crate::memory::note_admitted();
-                }
                 crate::memory::release_unused_stack();
                 stack_released = Some(std::time::Instant::now());
             }

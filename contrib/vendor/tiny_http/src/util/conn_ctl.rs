@@ -90,6 +90,11 @@ impl ConnCtl {
         self.must_close.load(Ordering::SeqCst)
     }
 
+    /// The TCP socket itself, shared, for `Request::shared_socket`.
+    pub(crate) fn shared_socket(&self) -> Option<crate::SharedSocket> {
+        self.socket.as_ref().and_then(crate::SharedSocket::of)
+    }
+
     /// A new handle on the TCP socket, for `Request::socket`.
     pub(crate) fn tcp_clone(&self) -> Option<TcpStream> {
         self.socket.as_ref().and_then(|s| s.tcp_clone())
