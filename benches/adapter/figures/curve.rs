@@ -56,6 +56,9 @@ pub(crate) struct HeldPoint {
     pub(crate) cancels_done: Option<Duration>,
     pub(crate) breakdown: String,
     pub(crate) load: String,
+    /// The machine's `KernelStack` + `PageTables` (/proc/meminfo) grown during the hold, MiB:
+    /// what the threads cost outside the process's RSS (other work on the machine adds noise).
+    pub(crate) kernel_mib: f64,
 }
 
 impl HeldPoint {
@@ -161,6 +164,7 @@ fn held_point(
         ..Default::default()
     };
     let (streams0, cancels0, _) = kernel.stats();
+    let kernel0 = kernel_side_kib();
     let t0 = Instant::now();
     let every = Duration::from_secs(interval);
     let mut held = Held::open(srv.port, n, tag, &srv.cwd, every, ADMIT_DEADLINE);
@@ -190,6 +194,7 @@ fn held_point(
     p.threads = peak_threads.into_inner().max(srv.status("Threads"));
     p.fds = peak_fds.into_inner().max(fd_count(srv.pid));
     p.rss = mib(srv.status("VmRSS"));
+    p.kernel_mib = kernel_side_kib().saturating_sub(kernel0) as f64 / 1024.0;
     p.hwm = mib(srv.status("VmHWM"));
     p.breakdown = rss_breakdown(srv.pid);
     p.load = loadavg();
@@ -236,6 +241,15 @@ fn drain(srv: &Server, kernel: &HeldKernel, p: &mut HeldPoint, cancels0: u64) {
     }
 }
 
+/// `KernelStack` + `PageTables` from /proc/meminfo, KiB.
+fn kernel_side_kib() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("KernelStack:") || l.starts_with("PageTables:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
 fn secs(d: Option<Duration>) -> String {
     d.map_or_else(
         || format!("not within {} s", DRAIN_DEADLINE.as_secs()),
@@ -245,15 +259,15 @@ fn secs(d: Option<Duration>) -> String {
 
 fn held_tables(rep: &mut Report, points: &[HeldPoint], refs: &[HeldPoint]) {
     rep.line("Held runs (one text event, then the kernel writes nothing; each run on its own threadId; `--max-connections 20000`). RSS = `VmRSS` at the end of the hold, per run = (RSS − idle) / runs; threads and descriptors at peak; heartbeat lateness = a heartbeat's arrival − the previous line's − the interval, over every heartbeat of every stream in the hold; `/health` on a fresh connection every 100 ms through the hold; admitted = first connect → the last `RUN_STARTED` (512 runs waiting at a time); let go = after every client closed its socket, threads and fds back to idle (+10), one `CancelTask` per run at the kernel.\n");
-    rep.line("| adapter | heartbeat | runs | admitted in | RSS idle → held (VmHWM) | per run | threads idle → held | fds idle → held | heartbeats; lateness p50 / p99 / max | `/health` p50 / p99 / max (failed) | errors; text events; upstream streams | threads / fds idle, all cancelled after | load average |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    rep.line("| adapter | heartbeat | runs | admitted in | RSS idle → held (VmHWM) | per run | threads idle → held | fds idle → held | heartbeats; lateness p50 / p99 / max | `/health` p50 / p99 / max (failed) | errors; text events; upstream streams | threads / fds idle, all cancelled after | kernel stacks + page tables grown | load average |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for p in points.iter().chain(refs) {
         rep.line(format!(
-            "| {} | {} s | {} | {:.1} s | {:.1} → {:.1} MiB ({:.1}) | {:.1} KiB | {} → {} | {} → {} | {}; {:.0} / {:.0} / {:.0} ms | {:.2} / {:.2} / {:.2} ms ({}) | {}; {}; {} | {} / {} / {} ({} CancelTask) | {} |",
+            "| {} | {} s | {} | {:.1} s | {:.1} → {:.1} MiB ({:.1}) | {:.1} KiB | {} → {} | {} → {} | {}; {:.0} / {:.0} / {:.0} ms | {:.2} / {:.2} / {:.2} ms ({}) | {}; {}; {} | {} / {} / {} ({} CancelTask) | {:.0} MiB | {} |",
             p.who, p.interval, p.n, p.admitted.as_secs_f64(), p.idle_rss, p.rss, p.hwm,
             p.per_run_kib(), p.idle_threads, p.threads, p.idle_fds, p.fds, p.heartbeats,
             p.late[0], p.late[1], p.late[2], p.health[0], p.health[1], p.health[2],
             p.health_fail, p.errors, p.texts, p.streams, secs(p.threads_down),
-            secs(p.fds_down), secs(p.cancels_done), p.cancels, p.load
+            secs(p.fds_down), secs(p.cancels_done), p.cancels, p.kernel_mib, p.load
         ));
     }
     rep.line("");
