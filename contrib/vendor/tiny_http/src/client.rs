@@ -274,6 +274,9 @@ impl ClientConnection {
 
     /// Skips the short rest of a body the application did not read, within `body_timeout` in
     /// total: the connection's thread does it, never the application's.
+    // iac-code-agui patch: never inlined, so that its 8 KiB buffer is not part of the frame that
+    // waits for the next request (a large frame's pages are all touched on entry, stack probes)
+    #[inline(never)]
     fn skip_body(&mut self, mut left: u64) -> IoResult<()> {
         let deadline = self.limits.body_timeout.map(|t| Instant::now() + t);
         self.ctl.set_deadline(deadline);
