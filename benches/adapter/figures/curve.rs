@@ -148,11 +148,17 @@ fn held_point(
         &["--max-connections", "20000"],
     )?
     .0;
-    // As many runs as the adapter's open-file limit holds: 2 descriptors a run beside what it
-    // has open at idle, and a few for /health probes and cancels.
+    // As many runs as the host's limits hold (what the adapter computes at start-up and caps
+    // --max-connections to): 2 descriptors a run beside what it has open at idle and a few for
+    // /health probes and cancels; 8 memory mappings a run (2 threads: stack, signal stack and
+    // their guard pages) within vm.max_map_count.
     let idle_fds = fd_count(srv.pid);
-    let room = (nofile(srv.pid).saturating_sub(idle_fds + 16) / 2) as usize;
-    let n = n.min(room.max(1));
+    let by_fds = nofile(srv.pid).saturating_sub(idle_fds + 16) / 2;
+    let by_maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(u64::MAX, |m| m.saturating_sub(2_000) / 8);
+    let n = n.min(by_fds.min(by_maps).max(1) as usize);
     let mut p = HeldPoint {
         who: imp.name().to_string(),
         n,
