@@ -113,9 +113,10 @@ fn install_signal_handlers() {
 /// threads (tiny_http's connection thread and the run's), each thread 4 memory mappings (its
 /// stack and guard page, and the alternate signal stack and its guard page Rust gives every
 /// thread). The open-file limit is raised to the hard limit (an unprivileged process cannot go
-/// further); `vm.max_map_count` is the host's. Past either, a new thread fails (an mmap error)
-/// and Rust aborts the whole process, so `--max-connections` is lowered to what fits (beyond it a
-/// fast 503), with a warning; a warning too when fewer than `RUNS_WANTED` runs fit.
+/// further); `vm.max_map_count` is the host's. Out of descriptors, an accept or a connect fails
+/// and is answered; out of mappings, a new thread cannot get its stacks and Rust aborts the whole
+/// process, so `--max-connections` is lowered to what the mappings hold (beyond it a fast 503),
+/// with a warning; a warning too when fewer than `RUNS_WANTED` runs fit.
 fn fit_host_limits(config: &mut Config) {
     let by_fds = runs_within(raise_fd_limit());
     let maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
@@ -140,10 +141,11 @@ fn fit_host_limits(config: &mut Config) {
     } else {
         log::info!("{limits}: about {room} concurrent runs fit");
     }
-    if let Some(before) = config.cap_connections(usize::try_from(room).unwrap_or(usize::MAX)) {
+    let cap = usize::try_from(by_maps).unwrap_or(usize::MAX);
+    if let Some(before) = config.cap_connections(cap) {
         log::warn!(
-            "--max-connections {before} lowered to {room}: more connections than the host's \
-             limits hold would abort the process when a thread cannot be started"
+            "--max-connections {before} lowered to {cap}: more connections than \
+             vm.max_map_count holds would abort the process when a thread cannot be started"
         );
     }
 }
