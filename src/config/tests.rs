@@ -427,8 +427,8 @@ fn allowed_host_repeats_and_env_is_comma_separated() {
 #[test]
 fn the_connection_cap_is_lowered_to_what_the_host_holds_and_never_raised() {
     let mut c = config(&["--max-connections", "20000"], &[]);
-    assert_eq!(c.cap_connections(7941), Some(20000));
-    assert_eq!(c.max_connections, 7941);
+    assert_eq!(c.cap_connections(5294), Some(20000));
+    assert_eq!(c.max_connections, 5294);
     assert_eq!(c.cap_connections(9000), None);
-    assert_eq!(c.max_connections, 7941);
+    assert_eq!(c.max_connections, 5294);
 }

@@ -150,14 +150,15 @@ fn held_point(
     .0;
     // As many runs as the host's limits hold (what the adapter computes at start-up and caps
     // --max-connections to): 2 descriptors a run beside what it has open at idle and a few for
-    // /health probes and cancels; 8 memory mappings a run (2 threads: stack, signal stack and
-    // their guard pages) within vm.max_map_count.
+    // /health probes and cancels; 12 memory mappings a run (2 threads, and a third for its
+    // CancelTask when the client leaves: stack, signal stack and their guard pages) within
+    // vm.max_map_count.
     let idle_fds = fd_count(srv.pid);
     let by_fds = nofile(srv.pid).saturating_sub(idle_fds + 16) / 2;
     let by_maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(u64::MAX, |m| m.saturating_sub(2_000) / 8);
+        .map_or(u64::MAX, |m| m.saturating_sub(2_000) / 12);
     let n = n.min(by_fds.min(by_maps).max(1) as usize);
     let mut p = HeldPoint {
         who: imp.name().to_string(),
