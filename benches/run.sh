@@ -19,4 +19,6 @@ echo "== cargo bench --bench adapter" >&2
 cargo bench --bench adapter
 
 cp target/bench-report.md benches/REPORT.md
+# Figure 10's plots (SVG, drawn by the bench).
+mkdir -p benches/curve && cp target/bench-curve/*.svg benches/curve/ 2>/dev/null || true
 echo "== report: benches/REPORT.md" >&2

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 fn main() {
     // Before any thread: large blocks in mappings of their own, freed memory given back.
     iac_code_agui::memory::tune();
-    let config = parse_command_line();
+    let mut config = parse_command_line();
     init_logging(&config);
     install_signal_handlers();
-    raise_fd_limit();
+    fit_host_limits(&mut config);
     let server = listen_or_exit(&config);
     log_configuration(&config);
     let kernel = reach_kernel(&config);
@@ -110,20 +110,90 @@ fn install_signal_handlers() {
     }
 }
 
-/// Each SSE run holds two sockets (client and upstream); the default soft limit of 1024 open files
-/// would cap us near 500 concurrent runs, so take the hard limit.
-fn raise_fd_limit() {
+/// What the host's limits hold, checked before any connection: each held run costs 2 descriptors
+/// (its client connection and its upstream stream; a managed kernel is its own process) and 2
+/// threads (tiny_http's connection thread and the run's), each thread 4 memory mappings (its
+/// stack and guard page, and the alternate signal stack and its guard page Rust gives every
+/// thread). The open-file limit is raised to the hard limit (an unprivileged process cannot go
+/// further); `vm.max_map_count` is the host's. Out of descriptors, an accept or a connect fails
+/// and is answered; out of mappings, a new thread cannot get its stacks and Rust aborts the whole
+/// process, so `--max-connections` is lowered to what the mappings hold (beyond it a fast 503),
+/// with a warning; a warning too when fewer than `RUNS_WANTED` runs fit.
+fn fit_host_limits(config: &mut Config) {
+    let by_fds = runs_within(raise_fd_limit());
+    let maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let by_maps = maps.map_or(u64::MAX, |m| m.saturating_sub(MAP_RESERVE) / MAPS_PER_RUN);
+    let room = by_fds.min(by_maps);
+    let limits = format!(
+        "open-file limit {} (2 a run: room for {by_fds} runs), vm.max_map_count {} (12 a run: \
+         room for {} runs)",
+        by_fds * 2 + FD_RESERVE,
+        maps.map_or("unknown".into(), |m| m.to_string()),
+        if by_maps == u64::MAX {
+            "?".into()
+        } else {
+            by_maps.to_string()
+        }
+    );
+    if room < RUNS_WANTED {
+        log::warn!(
+            "{limits}: about {room} concurrent runs fit, fewer than {RUNS_WANTED}; raise the hard \
+             open-file limit (LimitNOFILE= in a systemd unit, docker run --ulimit nofile=N:N) or \
+             vm.max_map_count (sysctl) for more"
+        );
+    } else {
+        log::info!("{limits}: about {room} concurrent runs fit");
+    }
+    let cap = usize::try_from(by_maps).unwrap_or(usize::MAX);
+    if let Some(before) = config.cap_connections(cap) {
+        log::warn!(
+            "--max-connections {before} lowered to {cap}: more connections than \
+             vm.max_map_count holds would abort the process when a thread cannot be started"
+        );
+    }
+}
+
+/// The concurrent runs the adapter should hold on a host that allows it (issue 27).
+const RUNS_WANTED: u64 = 10_000;
+/// Descriptors that are not a run's: stdio, the listener, the log, state files being written,
+/// /health and other short requests in flight.
+const FD_RESERVE: u64 = 64;
+/// Mappings that are not a run's: the binary and libraries, malloc arenas, the other threads.
+const MAP_RESERVE: u64 = 2_000;
+/// A run's mappings: 2 threads × (stack, its guard, signal stack, its guard), and a third thread
+/// for a moment when its client leaves (the `CancelTask`): when thousands leave at once, their
+/// cancels need mappings too (at 8 a run, 7,941 runs here, only 457 of the cancels got a thread).
+const MAPS_PER_RUN: u64 = 12;
+
+/// How many runs fit in `limit` open files.
+fn runs_within(limit: u64) -> u64 {
+    limit.saturating_sub(FD_RESERVE) / 2
+}
+
+/// The soft open-file limit raised to the hard limit; the limit in force.
+fn raise_fd_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit on a local struct.
     unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let wanted = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
         }
     }
+    lim.rlim_cur
 }
 
 /// The bound server, or the reason on stderr and exit 1.

@@ -59,8 +59,76 @@ pub fn trim() {
     }
 }
 
+/// Pages of this thread's stack below the current frame (less a margin) are given back to the
+/// system: a long-lived thread (a held run) keeps resident only what its idle wait needs, not what
+/// its deepest call once touched (admission parses and validates the request, writes the state,
+/// logs). Later calls touch fresh zero pages again. The guard page below the stack is never
+/// touched: the range starts one page above the stack's lowest address. A cheap call (one
+/// `pthread_getattr_np` and one `madvise`); callers rate-limit it all the same.
+pub(crate) fn release_unused_stack() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: pthread_getattr_np fills a local attribute object for this thread (a spawned thread:
+    // no /proc read), destroyed after use; madvise(MADV_DONTNEED) covers only addresses below the
+    // live frames (STACK_MARGIN under this function's own frame), inside this thread's stack.
+    unsafe {
+        let marker = 0u8;
+        let here = std::ptr::addr_of!(marker) as usize;
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return;
+        }
+        let mut low: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut low, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        let low = low as usize;
+        if !ok || here <= low || here >= low + size {
+            return;
+        }
+        let start = (low + 2 * PAGE - 1) & !(PAGE - 1);
+        let end = here.saturating_sub(STACK_MARGIN) & !(PAGE - 1);
+        if end > start {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+const PAGE: usize = 4096;
+/// What stays below the caller's frame: this function's own frame and the libc calls it makes
+/// (a few hundred bytes; the kernel's side of madvise does not use this stack).
+const STACK_MARGIN: usize = 2 * 1024;
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn releasing_the_unused_stack_keeps_the_live_frames_intact() {
+        // Touch a deep frame, release what lies below, and use both the caller's data and a
+        // fresh deep frame again: the released pages come back as zero pages, the live ones keep
+        // their contents.
+        fn deep(n: usize) -> u64 {
+            let buf = [n as u8; 4096];
+            if n == 0 {
+                return buf[17] as u64;
+            }
+            deep(n - 1) + buf[100] as u64
+        }
+        let live = [7u8; 1024];
+        assert_eq!(deep(32), (1..=32).sum::<u64>());
+        std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                let mine = [9u8; 2048];
+                assert_eq!(deep(48), (1..=48).sum::<u64>());
+                super::release_unused_stack();
+                assert!(mine.iter().all(|b| *b == 9));
+                assert_eq!(deep(48), (1..=48).sum::<u64>());
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(live.iter().all(|b| *b == 7));
+    }
+
     #[test]
     fn a_large_body_trims_once_when_its_request_ends() {
         super::note_body(super::LARGE_BODY - 1);

@@ -13,8 +13,11 @@ pub(crate) const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 /// Buffers up to this size are kept for reuse; larger ones (a large event) are freed.
 const MAX_KEPT: usize = 256 * 1024;
 
-/// The read buffer a fast stream grows to (from 16 KiB).
+/// The read buffer a fast stream grows to (from `FIRST_READ`, four times at each full read).
 const MAX_READ: usize = 64 * 1024;
+/// The first read's buffer, allocated at the first read: a held run (a few small frames, then
+/// silence) never needs more; a fast stream grows to `MAX_READ` in two reads.
+const FIRST_READ: usize = 4 * 1024;
 
 /// Incremental SSE parser: feed it bytes, take complete `data` payloads out.
 #[derive(Default)]
@@ -170,7 +173,7 @@ impl<R: Read> EventReader<R> {
             ready: Default::default(),
             current: Vec::new(),
             dispatched: Vec::new(),
-            buf: vec![0; 16 * 1024].into_boxed_slice(),
+            buf: Box::default(),
             eof: false,
         }
     }
@@ -202,6 +205,9 @@ impl<R: Read> EventReader<R> {
             }
             if self.eof {
                 return Ok(None);
+            }
+            if self.buf.is_empty() {
+                self.buf = vec![0; FIRST_READ].into_boxed_slice();
             }
             let n = match self.inner.read(&mut self.buf) {
                 Ok(n) => n,

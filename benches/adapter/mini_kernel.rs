@@ -70,7 +70,12 @@ struct Shared {
 
 impl MiniKernel {
     pub(crate) fn start() -> MiniKernel {
-        let (template, stream_bytes) = template();
+        MiniKernel::with_frames(MINI_FRAMES)
+    }
+
+    /// A kernel whose streams carry `frames` text frames.
+    pub(crate) fn with_frames(frames: usize) -> MiniKernel {
+        let (template, stream_bytes) = template(frames);
         let shared = Arc::new(Shared {
             template,
             stream_bytes,
@@ -118,7 +123,7 @@ impl MiniKernel {
 
 /// The stream: the submitted task, `MINI_FRAMES` text frames cycled from the captured ones, the
 /// task completed. Returns its pieces and its size with the captured ids.
-fn template() -> (Vec<Piece>, usize) {
+fn template(frames: usize) -> (Vec<Piece>, usize) {
     let cycle = std::fs::read_to_string(format!("{ROOT}/benches/frames/text.a2a.sse"))
         .expect("benches/frames/text.a2a.sse");
     let texts: Vec<&str> = cycle
@@ -131,7 +136,7 @@ fn template() -> (Vec<Piece>, usize) {
     let completed = json!({"jsonrpc": "2.0", "id": "1", "result": {"statusUpdate": {"taskId": task, "contextId": ctx,
         "status": {"state": "TASK_STATE_COMPLETED"}, "metadata": {"iac_code": {"iacCodeSessionId": session}}}}});
     let mut text = format!("data: {submitted}\n\n");
-    for i in 0..MINI_FRAMES {
+    for i in 0..frames {
         text.push_str(texts[i % texts.len()]);
         text.push_str("\n\n");
     }

@@ -45,6 +45,17 @@ impl Server {
         heartbeat: Option<&str>,
         root: &Path,
     ) -> Res<(Server, Duration)> {
+        Server::start_with(imp, kernel, heartbeat, root, &[])
+    }
+
+    /// `start` with more arguments for our adapter (`extra`; the reference takes none).
+    pub(crate) fn start_with(
+        imp: &Impl,
+        kernel: &str,
+        heartbeat: Option<&str>,
+        root: &Path,
+        extra: &[&str],
+    ) -> Res<(Server, Duration)> {
         let port = free_port();
         let dir = root.join(format!("srv-{port}"));
         let workspace = dir.join("workspace");
@@ -60,6 +71,7 @@ impl Server {
                 if let Some(hb) = heartbeat {
                     c.args(["--heartbeat-interval", hb]);
                 }
+                c.args(extra);
                 c
             }
             Impl::Reference(bin) => {

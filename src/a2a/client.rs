@@ -78,8 +78,12 @@ impl A2aClient {
             .timeout_per_write(idle)
             .timeout_recv_response(idle)
             .timeout_per_read(idle)
+            // The input buffer is every read's size (32 KiB: a fast stream is read in few reads,
+            // figure 7); the output buffer only carries the request out (8 KiB writes), yet it
+            // stays allocated as long as the stream: 24 KiB less per held run (benches/REPORT.md
+            // section 10).
             .input_buffer_size(32 * 1024)
-            .output_buffer_size(32 * 1024)
+            .output_buffer_size(8 * 1024)
             .max_idle_connections_per_host(64)
             .build();
         let control = ureq::Agent::config_builder()

@@ -91,6 +91,18 @@ pub struct Config {
     pub history_max_messages: usize,
 }
 
+impl Config {
+    /// Lowers `--max-connections` to `room` (what the host's limits hold, measured at start-up);
+    /// the previous value when it was lowered.
+    pub fn cap_connections(&mut self, room: usize) -> Option<usize> {
+        let before = self.max_connections;
+        (before > room).then(|| {
+            self.max_connections = room.max(1);
+            before
+        })
+    }
+}
+
 /// `--log-format`: env_logger's text lines, or one JSON object a line with the run's ids as fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {

@@ -436,3 +436,12 @@ fn the_history_cap_defaults_to_1000_and_zero_keeps_none() {
     assert_eq!(c.history_max_messages, 5);
     assert!(parse(&["--history-max-messages", "-1"], &[]).is_err());
 }
+
+#[test]
+fn the_connection_cap_is_lowered_to_what_the_host_holds_and_never_raised() {
+    let mut c = config(&["--max-connections", "20000"], &[]);
+    assert_eq!(c.cap_connections(5294), Some(20000));
+    assert_eq!(c.max_connections, 5294);
+    assert_eq!(c.cap_connections(9000), None);
+    assert_eq!(c.max_connections, 5294);
+}

@@ -10,7 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tiny_http::Request;
 
-/// Stack of a request thread, which is also the run's thread: runs are many and long-lived.
+/// Stack of a request thread, which is also the run's thread: runs are many and long-lived, and
+/// only touched pages cost memory (a held run gives back what admission touched below its read
+/// loop: `memory::release_unused_stack`). 512 KiB is address space for the deep paths: serde's
+/// recursion on a nested request or frame (its depth limit is 128), a large pipeline frame
+/// through the projection, and a panic's backtrace symbolized on this thread before
+/// `catch_unwind` answers it (tests/stacks.rs runs both in a debug build); glibc puts a guard
+/// page below it, so an overflow is a crash, never a silent corruption.
 const RUN_STACK: usize = 512 * 1024;
 /// Name of request threads; the panic hook logs their panics with a backtrace.
 const REQUEST_THREAD: &str = "http-req";

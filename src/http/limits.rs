@@ -17,8 +17,16 @@ pub fn limits(config: &Config) -> tiny_http::Limits {
         write_timeout: Some(config.write_timeout),
         max_connections: config.max_connections,
         error_body: Arc::new(error_body),
+        thread_stack: Some(CONNECTION_STACK),
+        on_stream_wait: Some(crate::memory::release_unused_stack),
     }
 }
+
+/// Stack of a connection thread (tiny_http's pool): it reads request heads, bounded by
+/// `--max-header-bytes`, in a loop without recursion; 256 KiB leaves room for a panic's
+/// backtrace (symbolized on this thread) beside the ~20 KiB its deepest path touches. A held run
+/// keeps one such thread waiting in a read; its unused pages are given back then.
+const CONNECTION_STACK: usize = 256 * 1024;
 
 /// The body of an answer tiny_http gives by itself (no request language is known there: English).
 fn error_body(status: u16) -> (Vec<u8>, &'static str) {

@@ -116,6 +116,9 @@ enum Write {
     WithNextItem,
 }
 
+/// How often at most a run gives back the stack pages below its read loop.
+const STACK_RELEASE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One run on its thread, with everything it owns until it ends.
 struct Run<'a> {
     app: &'a App,
@@ -289,6 +292,7 @@ impl<'a> Run<'a> {
     /// Reads the A2A stream into the client until the task reaches an end for this run. A stream
     /// that stops short (closed, broken, its client gone) leaves the task cancelled.
     fn pump(&mut self, upstream: &mut A2aStream) -> End {
+        let mut stack_released: Option<std::time::Instant> = None;
         loop {
             if self.active.is_cancelled() {
                 return End::Failed(Msg::Cancelled.err());
@@ -304,6 +308,12 @@ impl<'a> Run<'a> {
             };
             if let Some(end) = self.relay(&next) {
                 return end;
+            }
+            // Nothing more buffered: the next read may wait long (a held run). What admission
+            // and the projection touched below this frame goes back (at most once a second).
+            if !next.buffered && stack_released.is_none_or(|t| t.elapsed() >= STACK_RELEASE) {
+                crate::memory::release_unused_stack();
+                stack_released = Some(std::time::Instant::now());
             }
         }
     }

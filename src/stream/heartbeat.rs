@@ -28,11 +28,12 @@ impl Heartbeats {
             streams: Arc::new(Mutex::new(Vec::new())),
         };
         let streams = hb.streams.clone();
-        let period = (interval / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let (period, probe_every) = schedule(interval);
         let ticks = tick(period);
         std::thread::Builder::new()
             .name("heartbeat".into())
-            .spawn(move || beat(&streams, &ticks, interval))
+            .stack_size(HEARTBEAT_STACK)
+            .spawn(move || beat(&streams, &ticks, interval, probe_every))
             .expect("spawn heartbeat thread");
         hb
     }
@@ -42,16 +43,42 @@ impl Heartbeats {
     }
 }
 
-fn beat(streams: &Mutex<Vec<Weak<SseStream>>>, ticks: &Receiver<Instant>, interval: Duration) {
+/// The heartbeat thread's stack: a loop over the streams, no recursion, log lines at most.
+const HEARTBEAT_STACK: usize = 256 * 1024;
+/// The longest a due heartbeat waits for the next tick (its lateness, beyond the scan itself).
+const MAX_TICK: Duration = Duration::from_millis(100);
+
+/// The tick period, and every how many ticks each stream is probed for a client that left. A
+/// heartbeat is due `interval` after the stream's last write and goes out at the next tick, so
+/// ticks come at most `MAX_TICK` apart (at 15 s, 100 ms late at most, not a quarter of a
+/// second or a whole one). The probe (a `getsockopt` per stream) keeps its own period, a quarter
+/// of the interval (10 ms to 1 s): with 10,000 streams it is the costly part of a tick.
+fn schedule(interval: Duration) -> (Duration, u64) {
+    let probe = (interval / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let period = probe.min(MAX_TICK);
+    let every = (probe.as_micros() / period.as_micros().max(1)).max(1) as u64;
+    (period, every)
+}
+
+fn beat(
+    streams: &Mutex<Vec<Weak<SseStream>>>,
+    ticks: &Receiver<Instant>,
+    interval: Duration,
+    probe_every: u64,
+) {
+    let mut n: u64 = 0;
     while ticks.recv().is_ok() {
+        n = n.wrapping_add(1);
         let live: Vec<Arc<SseStream>> = {
             let mut list = streams.lock();
             list.retain(|w| w.strong_count() > 0);
             list.iter().filter_map(Weak::upgrade).collect()
         };
-        for s in live {
+        // Each stream is probed on one tick in `probe_every`, the streams spread over them.
+        for (i, s) in live.iter().enumerate() {
             if !s.is_closed() {
-                s.heartbeat_if_idle(interval);
+                let probe = (n + i as u64) % probe_every == 0;
+                s.visit(interval, probe);
             }
         }
     }
@@ -60,11 +87,17 @@ fn beat(streams: &Mutex<Vec<Weak<SseStream>>>, ticks: &Receiver<Instant>, interv
 impl SseStream {
     /// One heartbeat-thread visit: notices a client that closed its end, writes a heartbeat if
     /// nothing was written for `interval`, never blocks. `false`: the client is gone.
+    #[cfg(test)]
     pub(crate) fn heartbeat_if_idle(&self, interval: Duration) -> bool {
+        self.visit(interval, true)
+    }
+
+    /// A heartbeat-thread visit; `probe`: also ask the socket whether the client closed its end.
+    fn visit(&self, interval: Duration, probe: bool) -> bool {
         if self.is_closed() {
             return false;
         }
-        if self.peer_closed() {
+        if probe && self.peer_closed() {
             log::debug!("client closed its end of the stream");
             self.mark_closed();
             return false;
@@ -154,5 +187,22 @@ fn send_nonblocking(socket: &TcpStream, buf: &[u8]) -> std::io::Result<usize> {
     match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
         _ => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_due_heartbeat_waits_at_most_a_tenth_of_a_second_and_probes_keep_their_period() {
+        let ms = Duration::from_millis;
+        // 15 s: ticks every 100 ms, each stream probed every 10th tick (once a second).
+        assert_eq!(schedule(Duration::from_secs(15)), (ms(100), 10));
+        // 1 s: ticks every 100 ms, probes every other tick.
+        assert_eq!(schedule(Duration::from_secs(1)), (ms(100), 2));
+        // Short intervals (tests): a tick and a probe every quarter of the interval, 10 ms at least.
+        assert_eq!(schedule(ms(200)), (ms(50), 1));
+        assert_eq!(schedule(ms(8)), (ms(10), 1));
     }
 }

@@ -7,11 +7,11 @@ use super::cursor;
 use crate::events::Serialized;
 use parking_lot::Mutex;
 use std::io::Write;
-use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tiny_http::SharedSocket;
 
 type CloseHook = Box<dyn FnOnce() + Send>;
 
@@ -21,7 +21,7 @@ pub(crate) struct SseStream {
     closed: AtomicBool,
     on_close: Mutex<Option<CloseHook>>,
     /// The connection itself (absent in unit tests): non-blocking heartbeats, peeks, shutdown.
-    pub(super) socket: Option<Arc<TcpStream>>,
+    pub(super) socket: Option<SharedSocket>,
     framing: Framing,
     pub(super) write_timeout: Duration,
     /// The cursor tag of frames this stream numbers itself ([`SseStream::send`]).
@@ -87,7 +87,8 @@ impl SseStream {
         } else {
             Framing::Close
         };
-        let socket = req.socket().map(Arc::new);
+        // The connection's own socket, shared with tiny_http: one descriptor per held stream.
+        let socket = req.shared_socket();
         if let Some(s) = &socket {
             s.set_write_timeout(Some(write_timeout))?;
             let _ = s.set_nodelay(true);
@@ -103,7 +104,7 @@ impl SseStream {
 
     fn with(
         mut response: Box<dyn Write + Send>,
-        socket: Option<Arc<TcpStream>>,
+        socket: Option<SharedSocket>,
         framing: Framing,
         write_timeout: Duration,
         extra: &str,
@@ -368,7 +369,7 @@ impl SseStream {
 }
 
 /// Blocking writes on the shared socket (one descriptor per stream, not two).
-struct SocketWriter(Arc<TcpStream>);
+struct SocketWriter(SharedSocket);
 
 impl Write for SocketWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

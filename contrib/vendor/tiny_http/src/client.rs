@@ -101,6 +101,13 @@ impl ClientConnection {
     /// Waits for the first byte of the next request, at most `keepalive_timeout` of idleness.
     fn wait_first_byte(&mut self) -> Result<u8, ReadError> {
         self.ctl.set_read_timeout(self.limits.keepalive_timeout);
+        // iac-code-agui patch: a response still being written may be a long stream, and this
+        // thread then waits as long: the application may give back its unused stack first
+        if self.sink.in_flight() > 0 {
+            if let Some(hook) = self.limits.on_stream_wait {
+                hook();
+            }
+        }
         let mut byte = [0u8];
         loop {
             return match self.next_header_source.read(&mut byte) {
@@ -150,6 +157,9 @@ impl ClientConnection {
 
     /// Skips the short rest of a body the application did not read, within `body_timeout` in
     /// total: the connection's thread does it, never the application's.
+    // iac-code-agui patch: never inlined, so that its 8 KiB buffer is not part of the frame that
+    // waits for the next request (a large frame's pages are all touched on entry, stack probes)
+    #[inline(never)]
     fn skip_body(&mut self, mut left: u64) -> IoResult<()> {
         let deadline = self.limits.body_timeout.map(|t| Instant::now() + t);
         self.ctl.set_deadline(deadline);

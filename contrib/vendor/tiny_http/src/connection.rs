@@ -2,6 +2,7 @@
 
 #[cfg(unix)]
 use std::os::unix::net as unix_net;
+use std::sync::Arc;
 use std::{
     net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs},
     path::PathBuf,
@@ -177,6 +178,40 @@ impl Connection {
         }
     }
 }
+/// iac-code-agui patch: the connection's own TCP socket, shared with tiny_http (no new
+/// descriptor, unlike `Request::socket`): a long-lived response keeps one descriptor per
+/// connection. The socket closes when tiny_http and every holder are done with it.
+#[derive(Clone)]
+pub struct SharedSocket(Arc<Connection>);
+
+impl SharedSocket {
+    /// The shared handle, for a TCP connection only.
+    pub(crate) fn of(conn: &Arc<Connection>) -> Option<SharedSocket> {
+        match **conn {
+            Connection::Tcp(_) => Some(SharedSocket(conn.clone())),
+            #[cfg(unix)]
+            Connection::Unix(_) => None,
+        }
+    }
+}
+
+impl From<TcpStream> for SharedSocket {
+    fn from(s: TcpStream) -> SharedSocket {
+        SharedSocket(Arc::new(Connection::Tcp(s)))
+    }
+}
+
+impl std::ops::Deref for SharedSocket {
+    type Target = TcpStream;
+    fn deref(&self) -> &TcpStream {
+        match &*self.0 {
+            Connection::Tcp(s) => s,
+            #[cfg(unix)]
+            Connection::Unix(_) => unreachable!("a SharedSocket is made for TCP only"),
+        }
+    }
+}
+
 impl From<TcpStream> for Connection {
     fn from(s: TcpStream) -> Self {
         Self::Tcp(s)

@@ -115,7 +115,7 @@ use util::MessagesQueue;
 #[doc(hidden)]
 pub use client::parse_request;
 pub use common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
-pub use connection::{ConfigListenAddr, ListenAddr, Listener};
+pub use connection::{ConfigListenAddr, ListenAddr, Listener, SharedSocket};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
@@ -230,6 +230,12 @@ pub struct Limits {
     /// Builds the body (and its content type) of the answers the server gives by itself
     /// (400, 408, 414, 431, 503), from the status code.
     pub error_body: Arc<dyn Fn(u16) -> (Vec<u8>, &'static str) + Send + Sync>,
+    /// Stack size of the connection threads (`None`: the platform's default, 2 MiB on Linux).
+    pub thread_stack: Option<usize>,
+    /// Called by a connection thread when it starts waiting for the next request while a
+    /// response on its connection is still being written (a long stream keeps it waiting that
+    /// long): the application can give back what the thread's stack no longer uses.
+    pub on_stream_wait: Option<fn()>,
 }
 
 impl Default for Limits {
@@ -244,6 +250,8 @@ impl Default for Limits {
             write_timeout: None,
             max_connections: usize::MAX,
             error_body: Arc::new(|_| (Vec::new(), "text/plain")),
+            thread_stack: None,
+            on_stream_wait: None,
         }
     }
 }
@@ -380,7 +388,7 @@ impl Server {
             .name("tiny-http-accept".into())
             .spawn(move || {
                 // a tasks pool is used to dispatch the connections into threads
-                let tasks_pool = util::TaskPool::new();
+                let tasks_pool = util::TaskPool::with_stack(limits.thread_stack);
 
                 log::debug!("Running accept thread");
                 // iac-code-agui patch: a failed accept (EMFILE, ENFILE, ENOMEM, ECONNABORTED...)

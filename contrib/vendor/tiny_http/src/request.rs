@@ -342,6 +342,18 @@ impl Request {
         self.ctl.as_ref().and_then(|c| c.tcp_clone())
     }
 
+    /// The connection's TCP socket itself, shared (no new descriptor; `None` for TLS and Unix
+    /// sockets).
+    ///
+    /// iac-code-agui patch: a long-lived response (SSE) holds it for as long as it writes, so
+    /// each held stream costs one descriptor, not two.
+    pub fn shared_socket(&self) -> Option<crate::SharedSocket> {
+        if self.secure {
+            return None;
+        }
+        self.ctl.as_ref().and_then(|c| c.shared_socket())
+    }
+
     pub(crate) fn set_ctl(&mut self, ctl: Arc<ConnCtl>) {
         self.ctl = Some(ctl);
     }

@@ -28,6 +28,8 @@ fn small_limits() -> Limits {
                 "application/json",
             )
         }),
+        thread_stack: Some(256 * 1024),
+        on_stream_wait: None,
     }
 }
 
@@ -547,4 +549,51 @@ fn differing_authorization_headers_are_refused_and_identical_ones_are_one() {
         b"POST /echo HTTP/1.1\r\nAuthorization: Bearer a\r\nAuthorization: Bearer a\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
     );
     assert!(out.ends_with("read 5"), "{}", out);
+}
+
+static STREAM_WAITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn count_stream_wait() {
+    STREAM_WAITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+#[test]
+fn a_held_response_shares_the_socket_and_its_connection_thread_is_told_it_waits() {
+    let limits = Limits {
+        on_stream_wait: Some(count_stream_wait),
+        ..small_limits()
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = Server::from_listener_with_limits(listener, None, limits).unwrap();
+    let mut client = connect(addr);
+    client
+        .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let rq = server.recv().unwrap();
+    // The connection thread goes back to wait for a next request while this one is unanswered.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while STREAM_WAITS.load(std::sync::atomic::Ordering::SeqCst) == 0 && Instant::now() < deadline
+    {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(STREAM_WAITS.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    // The shared socket is the connection's own: no new descriptor (`socket()` makes one).
+    let before = open_fds();
+    let shared = rq.shared_socket().expect("a TCP connection");
+    assert_eq!(open_fds(), before);
+    let dup = rq.socket().unwrap();
+    assert_eq!(open_fds(), before + 1);
+    drop(dup);
+    // Writing through it reaches the client.
+    let mut w: &std::net::TcpStream = &shared;
+    w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi")
+        .unwrap();
+    let mut got = [0u8; 64];
+    let n = client.read(&mut got).unwrap();
+    assert!(String::from_utf8_lossy(&got[..n]).ends_with("hi"));
 }

@@ -90,6 +90,11 @@ impl ConnCtl {
         self.must_close.load(Ordering::SeqCst)
     }
 
+    /// The TCP socket itself, shared, for `Request::shared_socket`.
+    pub(crate) fn shared_socket(&self) -> Option<crate::SharedSocket> {
+        self.socket.as_ref().and_then(crate::SharedSocket::of)
+    }
+
     /// A new handle on the TCP socket, for `Request::socket`.
     pub(crate) fn tcp_clone(&self) -> Option<TcpStream> {
         self.socket.as_ref().and_then(|s| s.tcp_clone())
@@ -107,6 +112,8 @@ impl ConnCtl {
     /// until it stops, at most `LINGER_TIME`, so that closing does not reset the connection before
     /// the client has read the answer (a client that uploads a large body before reading, as most
     /// do, would otherwise get EPIPE/ECONNRESET instead of the answer). nginx's "lingering close".
+    // iac-code-agui patch: never inlined (its 8 KiB buffer stays out of the callers' frames)
+    #[inline(never)]
     pub(crate) fn linger(&self, responses_in_flight: bool) {
         let Some(socket) = &self.socket else { return };
         if !responses_in_flight {

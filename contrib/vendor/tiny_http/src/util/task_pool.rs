@@ -17,6 +17,8 @@ type Task = Box<dyn FnMut() + Send>;
 /// every later `spawn`; a task that panics is logged and its thread goes on serving.
 pub struct TaskPool {
     sharing: Arc<Sharing>,
+    /// iac-code-agui patch: the stack size of the pool's threads (`None`: the default).
+    stack: Option<usize>,
 }
 
 struct Sharing {
@@ -62,7 +64,13 @@ impl<'a> Drop for Registration<'a> {
 
 impl TaskPool {
     pub fn new() -> TaskPool {
+        TaskPool::with_stack(None)
+    }
+
+    /// A pool whose threads get `stack` bytes of stack (`None`: the platform's default).
+    pub fn with_stack(stack: Option<usize>) -> TaskPool {
         let pool = TaskPool {
+            stack,
             sharing: Arc::new(Sharing {
                 todo: Mutex::new(VecDeque::new()),
                 condvar: Condvar::new(),
@@ -104,7 +112,11 @@ impl TaskPool {
         let cell = Arc::new(Mutex::new(initial_fn));
         let thread_cell = cell.clone();
 
-        let spawned = thread::Builder::new().spawn(move || {
+        let mut builder = thread::Builder::new();
+        if let Some(size) = self.stack {
+            builder = builder.stack_size(size);
+        }
+        let spawned = builder.spawn(move || {
             let initial_fn = thread_cell.lock().unwrap_or_else(|e| e.into_inner()).take();
             drop(thread_cell);
             worker(sharing, initial_fn);

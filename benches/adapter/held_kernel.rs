@@ -1,0 +1,264 @@
+//! The kernel side of figure 10 (ten thousand held runs): a minimal A2A kernel that holds every
+//! upstream stream open in one thread (epoll, nonblocking sockets), so that 10,000 streams cost it
+//! a few MiB and no thread each. It runs in a child process (the bench binary again, with
+//! `BENCH_ROLE=held-kernel`): the bench process already holds the 10,000 client sockets, and one
+//! process may not hold 20,000 descriptors here (hard limit 20,000).
+//!
+//! It answers `SendStreamingMessage` with the submitted task and one text `statusUpdate` (the
+//! real kernel's shape, benches/frames/text.a2a.sse's first frame, the request's ids filled in)
+//! and then writes nothing; the stream stays open until the adapter closes it. `CancelTask` and
+//! `GetTask` get their answer, as do `/health` and the agent card; `GET /stats` gives the counts
+//! (`{"streams","cancels","open"}`). Every answer but a stream closes its connection.
+
+use crate::ROOT;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::process::{Child, Command, Stdio};
+
+const CAPTURED_TASK: &str = "07195cb1-be1b-4aa4-93c0-53feadfa81e7";
+const CAPTURED_CTX: &str = "agui-58633450475f377504ca56b46b5a293d95591ee7";
+const CAPTURED_SESSION: &str = "9d08fcfb-85c7-4bb8-9ec3-024ec4a1b37d";
+
+/// The kernel as a child process; killed when dropped.
+pub(crate) struct HeldKernel {
+    child: Child,
+    pub(crate) url: String,
+    port: u16,
+}
+
+impl HeldKernel {
+    pub(crate) fn start() -> HeldKernel {
+        let exe = std::env::current_exe().expect("the bench's own path");
+        let mut child = Command::new(exe)
+            .env("BENCH_ROLE", "held-kernel")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the held kernel");
+        let mut out = child.stdout.take().unwrap();
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while out.read(&mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        let port: u16 = String::from_utf8_lossy(&line)
+            .trim()
+            .parse()
+            .expect("the held kernel's port");
+        HeldKernel {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+        }
+    }
+
+    /// `(streams, cancels, open)`: `SendStreamingMessage` and `CancelTask` calls so far, streams
+    /// open now.
+    pub(crate) fn stats(&self) -> (u64, u64, u64) {
+        let get = || -> std::io::Result<Value> {
+            let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+            s.write_all(b"GET /stats HTTP/1.1\r\nHost: k\r\n\r\n")?;
+            let mut text = String::new();
+            s.read_to_string(&mut text)?;
+            let body = text.split("\r\n\r\n").nth(1).unwrap_or("{}");
+            Ok(serde_json::from_str(body).unwrap_or(Value::Null))
+        };
+        let v = get().unwrap_or(Value::Null);
+        let n = |k: &str| v[k].as_u64().unwrap_or(0);
+        (n("streams"), n("cancels"), n("open"))
+    }
+}
+
+impl Drop for HeldKernel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Conn {
+    sock: TcpStream,
+    buf: Vec<u8>,
+    held: bool,
+}
+
+#[derive(Default)]
+struct Counts {
+    streams: u64,
+    cancels: u64,
+    open: u64,
+}
+
+/// The child's main: serve until stdin closes (the bench ended).
+pub(crate) fn child_main() {
+    crate::procfs::raise_own_nofile();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the held kernel");
+    listener.set_nonblocking(true).unwrap();
+    // SAFETY: listen(2) again on our own socket only deepens its backlog.
+    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
+    println!("{}", listener.local_addr().unwrap().port());
+    std::thread::spawn(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        std::process::exit(0);
+    });
+    let frame = std::fs::read_to_string(format!("{ROOT}/benches/frames/text.a2a.sse"))
+        .expect("benches/frames/text.a2a.sse")
+        .split("\n\n")
+        .next()
+        .unwrap()
+        .to_string();
+    serve(&listener, &frame);
+}
+
+fn serve(listener: &TcpListener, frame: &str) {
+    // SAFETY: plain epoll(7) calls on descriptors this process owns.
+    let ep = unsafe { libc::epoll_create1(0) };
+    add(ep, listener.as_raw_fd());
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut counts = Counts::default();
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 1000) };
+        for ev in events.iter().take(n.max(0) as usize) {
+            let fd = ev.u64 as RawFd;
+            if fd == listener.as_raw_fd() {
+                while let Ok((sock, _)) = listener.accept() {
+                    let _ = sock.set_nonblocking(true);
+                    let _ = sock.set_nodelay(true);
+                    let fd = sock.as_raw_fd();
+                    add(ep, fd);
+                    if conns.len() <= fd as usize {
+                        conns.resize_with(fd as usize + 1, || None);
+                    }
+                    conns[fd as usize] = Some(Conn {
+                        sock,
+                        buf: Vec::new(),
+                        held: false,
+                    });
+                }
+                continue;
+            }
+            let close = match conns.get_mut(fd as usize).and_then(Option::as_mut) {
+                Some(c) => on_readable(c, &mut chunk, &mut counts, frame),
+                None => true,
+            };
+            if close {
+                if let Some(c) = conns.get_mut(fd as usize).and_then(Option::take) {
+                    if c.held {
+                        counts.open -= 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn add(ep: RawFd, fd: RawFd) {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: fd as u64,
+    };
+    // SAFETY: registers our own descriptor.
+    unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+}
+
+/// Reads what arrived; answers a whole request. `true`: close the connection.
+fn on_readable(c: &mut Conn, chunk: &mut [u8], counts: &mut Counts, frame: &str) -> bool {
+    loop {
+        match (&c.sock).read(chunk) {
+            Ok(0) => return true,
+            Ok(n) if !c.held => c.buf.extend_from_slice(&chunk[..n]),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(_) => return true,
+        }
+    }
+    if c.held {
+        return false;
+    }
+    let Some(head_end) = c.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&c.buf[..head_end]).to_string();
+    let len = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    if c.buf.len() < head_end + 4 + len {
+        return false;
+    }
+    let body = &c.buf[head_end + 4..head_end + 4 + len];
+    let mut parts = head.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let rpc = req["method"].as_str().unwrap_or("");
+    let answer = match (method, path) {
+        ("POST", "/") if rpc == "SendStreamingMessage" => {
+            counts.streams += 1;
+            counts.open += 1;
+            c.held = true;
+            let _ = (&c.sock).write_all(&stream_start(&req, counts.streams, frame));
+            return false;
+        }
+        ("POST", "/") if rpc == "CancelTask" || rpc == "GetTask" => {
+            if rpc == "CancelTask" {
+                counts.cancels += 1;
+            }
+            let id = req["params"]["id"].as_str().unwrap_or("");
+            let state = if rpc == "GetTask" {
+                "TASK_STATE_WORKING"
+            } else {
+                "TASK_STATE_CANCELED"
+            };
+            json!({"jsonrpc": "2.0", "id": req["id"], "result": {"id": id, "contextId": "",
+                "status": {"state": state}}})
+        }
+        ("GET", "/stats") => {
+            json!({"streams": counts.streams, "cancels": counts.cancels, "open": counts.open})
+        }
+        ("GET", "/health") => json!({"status": "ok"}),
+        ("GET", "/.well-known/agent-card.json") => {
+            json!({"name": "held-kernel", "description": "bench", "version": "0", "url": "/",
+            "protocolVersion": "1.0", "capabilities": {"streaming": true},
+            "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"], "skills": []})
+        }
+        ("POST", "/iac-code/session/ensure-restored") => json!({"status": "current"}),
+        ("GET", p) if p.starts_with("/iac-code/pipeline/state") => json!({"events": []}),
+        _ => json!({"error": "Not Found"}),
+    };
+    let bytes = serde_json::to_vec(&answer).unwrap();
+    let mut out = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        bytes.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&bytes);
+    let _ = (&c.sock).write_all(&out);
+    true
+}
+
+/// The response head, the submitted task and the text frame, with this request's ids.
+fn stream_start(req: &Value, n: u64, frame: &str) -> Vec<u8> {
+    let ctx = req["params"]["message"]["contextId"].as_str().unwrap_or("");
+    let task = crate::support::uuid(7, n);
+    let session = crate::support::uuid(8, n);
+    let rpc_id = serde_json::to_string(&req["id"]).unwrap();
+    let submitted = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"task": {"id": task,
+        "contextId": ctx, "status": {"state": "TASK_STATE_SUBMITTED"}}}});
+    let text = frame
+        .replace(CAPTURED_TASK, &task)
+        .replace(CAPTURED_CTX, ctx)
+        .replace(CAPTURED_SESSION, &session)
+        .replace("\"id\":\"1\"", &format!("\"id\":{rpc_id}"));
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\ndata: {submitted}\n\n{text}\n\n"
+    )
+    .into_bytes()
+}

@@ -1,0 +1,91 @@
+//! Thread stacks are sized on purpose (src/http/dispatch.rs `RUN_STACK`, src/http/limits.rs
+//! `CONNECTION_STACK`): the deep real paths fit on them in a debug build (whose frames are
+//! larger than a release build's). An overflow would hit the guard page and kill the whole
+//! process, so each test also checks that the adapter still serves afterwards.
+
+use fake_kernel::{pipe, FakeKernel, Step};
+use serde_json::{json, Value};
+use test_support::*;
+
+/// Nesting of the pipeline frame's data: with the envelope around it the frame is ~110 levels
+/// deep, under serde_json's recursion limit (128), which bounds every JSON value we read.
+const DEPTH: usize = 100;
+
+fn nested(depth: usize, leaf: Value) -> Value {
+    (0..depth).fold(
+        leaf,
+        |inner, i| json!({ format!("level{i}"): inner, "n": i }),
+    )
+}
+
+#[test]
+fn a_large_deeply_nested_pipeline_frame_goes_through_the_projection_on_the_run_stack() {
+    let k = FakeKernel::start();
+    let big = "x".repeat(2 * 1024 * 1024);
+    let data = nested(DEPTH, json!({"marker": "deep-leaf", "text": big}));
+    // A CUSTOM type (candidate_completed): its envelope, data included, reaches the client.
+    let frame = pipe(
+        "candidate_completed",
+        1,
+        json!({"scope": "candidate",
+               "step": {"id": "architecture_planning", "runId": "step-architecture_planning-1", "attempt": 1},
+               "candidate": {"id": "c1", "runId": "c1-run-1", "index": 0, "attempt": 1},
+               "data": {"result": data}}),
+    );
+    k.script(
+        "deep-pipe",
+        vec![
+            Step::Status {
+                state: "TASK_STATE_WORKING",
+                iac: json!({"pipeline": frame}),
+                text: None,
+            },
+            Step::Status {
+                state: "TASK_STATE_INPUT_REQUIRED",
+                iac: json!({}),
+                text: None,
+            },
+        ],
+    );
+    let a = Adapter::start(&k.url);
+    let mut body = a.request("t-deep", "r1", "scenario:deep-pipe");
+    let iac = &mut body["forwardedProps"]["iacCode"];
+    iac["runMode"] = json!("pipeline");
+    iac["pipelineName"] = json!("selling");
+    let r = a.run(&body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.last()["type"], "RUN_FINISHED", "{:?}", r.types());
+    let all = serde_json::to_string(&r.events).unwrap();
+    assert!(
+        all.contains("deep-leaf") && all.len() > 2 * 1024 * 1024,
+        "the frame's data reached the client: {:?}",
+        r.types()
+    );
+    // The process is alive and the next run is served.
+    let r = a.run(&a.request("t-deep", "r2", "hi"));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn a_panic_with_a_backtrace_is_caught_on_the_run_stack_and_answered() {
+    let k = FakeKernel::start();
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            envs: vec![("RUST_BACKTRACE".into(), "1".into())],
+            ..Default::default()
+        },
+    );
+    let r = a.run(&a.request("t-panic", "r1", "scenario:panic"));
+    assert_eq!(r.types()[0], "RUN_STARTED");
+    assert_eq!(r.last()["type"], "RUN_ERROR");
+    // The hook symbolized the backtrace on the run's own stack before catch_unwind took over.
+    let logs = a.logs();
+    assert!(logs.contains("request handler panicked"), "{logs}");
+    assert!(
+        logs.contains("panic_if_asked"),
+        "the backtrace names the panicking function: {logs}"
+    );
+    let r = a.run(&a.request("t-panic", "r2", "hi"));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
