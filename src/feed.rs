@@ -322,8 +322,7 @@ impl Feed {
         &self.tag
     }
 
-    /// The positions of this run's first and last frames (`(0, 0)` before the first), and
-    /// whether it ended.
+    /// This run's first and last frames' positions (`(0, 0)` before the first); whether it ended.
     pub(crate) fn span(&self) -> (u64, u64, bool) {
         let st = self.state.lock();
         (st.ring.first, st.ring.last, st.ended.is_some())
@@ -378,6 +377,8 @@ fn fold_event(st: &mut State, json: &[u8], spans: Option<DeltaSpans>) -> bool {
     let text = std::str::from_utf8(json).unwrap_or("");
     if let Ok(view) = serde_json::from_str::<EventView>(text) {
         if view.kind.ends_run() {
+            // Nothing follows the run's last event: readers take the run as ended from now.
+            st.ended.get_or_insert_with(Instant::now);
             return false;
         }
         let Some(fold) = st.fold.as_mut() else {

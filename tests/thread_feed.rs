@@ -295,8 +295,20 @@ fn a_feed_cut_between_runs_gets_the_runs_it_missed_and_a_stale_cursor_gets_a_gap
     let stale = cursor.replacen(cursor.split('.').next().unwrap(), "0zz", 1);
     let feed = open_feed(&a, "t-between", Some(&stale));
     let gap = feed.runs(1);
-    assert_eq!(types(&gap), ["RUN_STARTED", "CUSTOM", "RUN_FINISHED"]);
+    assert_eq!(
+        types(&gap),
+        ["RUN_STARTED", "CUSTOM", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    );
     assert_eq!(gap[1].1["name"], "iac-code.feed.gap");
+    // Its snapshot is the thread's kept conversation: what the feed missed is in it.
+    let users: Vec<&Value> = gap[2].1["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| &m["content"])
+        .collect();
+    assert!(users.contains(&&json!("two")), "{:?}", gap[2].1);
     // The gap run's own cursor resumes between runs: the next run follows, nothing else.
     let after_gap = gap.last().unwrap().0.clone();
     feed.cut();
@@ -483,6 +495,12 @@ fn a_run_that_outgrew_the_buffer_is_entered_by_its_join_and_an_evicted_cursor_ge
     let stale = open_feed(&a, "t-big", Some(&first[0].0));
     k.open("go");
     let own = run.join().unwrap();
+    // This run's messages: a join's snapshot also holds the thread's earlier turns.
+    let own_ids: Vec<Value> = own
+        .iter()
+        .filter(|(_, e)| e["type"] == "TEXT_MESSAGE_START")
+        .map(|(_, e)| e["messageId"].clone())
+        .collect();
     let text_of = |frames: &[Frame]| -> String {
         let mut text = String::new();
         for (_, e) in frames {
@@ -490,7 +508,7 @@ fn a_run_that_outgrew_the_buffer_is_entered_by_its_join_and_an_evicted_cursor_ge
                 text.push_str(e["delta"].as_str().unwrap());
             }
             for m in e["messages"].as_array().into_iter().flatten() {
-                if m["role"] == "assistant" {
+                if m["role"] == "assistant" && own_ids.contains(&m["id"]) {
                     text.push_str(m["content"].as_str().unwrap_or(""));
                 }
             }
@@ -516,10 +534,10 @@ fn a_run_that_outgrew_the_buffer_is_entered_by_its_join_and_an_evicted_cursor_ge
     );
     let stale = stale.runs(2);
     assert_eq!(
-        types(&stale)[..3],
-        ["RUN_STARTED", "CUSTOM", "RUN_FINISHED"]
+        types(&stale)[..4],
+        ["RUN_STARTED", "CUSTOM", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
     );
     assert_eq!(stale[1].1["name"], "iac-code.feed.gap");
-    assert_eq!(text_of(&stale[3..]), text_of(&own));
+    assert_eq!(text_of(&stale[4..]), text_of(&own));
     early.cut();
 }
