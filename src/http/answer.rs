@@ -17,6 +17,11 @@ use tiny_http::{Header, Request, Response};
 pub(super) fn answer(app: &Arc<App>, req: Request, next: Result<Next, Refusal>, cors: &Cors) {
     match next {
         Ok(Next::Json(v)) => {
+            // tiny_http writes the head and the body apart: with Nagle's algorithm on, the body
+            // waits for the client's (delayed, 40 ms) ACK of the head on a kept-alive connection.
+            if let Some(s) = req.socket() {
+                let _ = s.set_nodelay(true);
+            }
             let _ = req.respond(with_headers(json_response(200, &v), cors.headers()));
         }
         Ok(Next::Metrics(text)) => {
