@@ -327,7 +327,7 @@ fn build_app(config: Config, kernel: &Upstream) -> Arc<App> {
         Some(k) => Some(k.token().to_string()),
         None => config.a2a_token.clone(),
     };
-    let app = Arc::new(App {
+    Arc::new(App {
         a2a: A2aClient::new(&kernel.url, token, config.a2a_idle_timeout),
         store: Store::new(config.state_dir.clone()),
         heartbeats: Heartbeats::start(config.heartbeat),
@@ -336,13 +336,11 @@ fn build_app(config: Config, kernel: &Upstream) -> Arc<App> {
         threads: ThreadFeeds::start(),
         runs: Runs::default(),
         config,
-    });
-    // The thread list's index is built in the background: serving waits for none of it.
-    app.store.start_index();
-    app
+    })
 }
 
-/// Starts the dispatcher threads and says where the adapter listens.
+/// Starts the dispatcher threads and says where the adapter listens; then the scan that builds
+/// the thread list's index, in the background (start-up waits for none of it).
 fn serve(app: &Arc<App>, server: &Arc<tiny_http::Server>) {
     http::serve(app, server, app.config.workers);
     log::info!(
@@ -350,6 +348,7 @@ fn serve(app: &Arc<App>, server: &Arc<tiny_http::Server>) {
         env!("CARGO_PKG_VERSION"),
         server.server_addr()
     );
+    app.store.start_index();
 }
 
 /// Returns on SIGINT/SIGTERM, or once no run has been active for `--idle-shutdown` (when set).

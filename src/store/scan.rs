@@ -69,7 +69,6 @@ pub(crate) fn scan_in_background(dir: std::path::PathBuf, index: Arc<ThreadIndex
         .spawn({
             let (dir, index) = (dir.clone(), index.clone());
             move || {
-                lower_priority();
                 let started = std::time::Instant::now();
                 let found = scan(&dir, &index);
                 index.mark_built();
@@ -83,18 +82,6 @@ pub(crate) fn scan_in_background(dir: std::path::PathBuf, index: Arc<ThreadIndex
         log::error!("cannot start the thread index scan ({e}); scanning now");
         scan(&dir, &index);
         index.mark_built();
-    }
-}
-
-/// Makes the calling thread the last to get a core among the adapter's own (nice 19): the scan
-/// reads thousands of files while the adapter starts, and must not delay its first answers. It
-/// still takes all the CPU nothing else of the adapter wants.
-fn lower_priority() {
-    // SAFETY: gettid(2) and setpriority(2) on the calling thread only (Linux: a thread id with
-    // PRIO_PROCESS names that one thread).
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
     }
 }
 
