@@ -1,5 +1,6 @@
-//! `RUN_STARTED.input` of a new turn: the user's message echoed, so a client that did not send
-//! it (a thread's live feed, `threadfeed`) ends with the same messages as the one that did.
+//! The user's message as others see it: `RUN_STARTED.input` of a new turn (echoed, so a client
+//! that did not send it, a thread's live feed, ends with the same messages as the one that did),
+//! and the copy a join's snapshot shows.
 
 use crate::input::UserMessage;
 use crate::projection::RunIds;
@@ -31,4 +32,25 @@ pub(super) fn echoed_input(ids: &RunIds, m: &UserMessage) -> Value {
     }
     serde_json::json!({"threadId": ids.thread_id, "runId": ids.run_id,
         "messages": [{"id": m.id, "role": "user", "content": text}]})
+}
+
+/// The user's message as a join's snapshot shows it (its text parts), its text moved out of the
+/// A2A message once that is serialized: the one copy of a large message the run keeps.
+pub(super) fn user_message_json(id: &str, message: &mut Value) -> Value {
+    let mut texts = message["parts"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| match p.get_mut("text") {
+            Some(Value::String(t)) => Some(std::mem::take(t)),
+            _ => None,
+        });
+    let mut text = texts.next().unwrap_or_default();
+    texts.for_each(|t| text.push_str(&t));
+    // Built field by field: `json!` would copy the text.
+    let mut user = serde_json::Map::new();
+    user.insert("id".into(), Value::from(id));
+    user.insert("role".into(), Value::from("user"));
+    user.insert("content".into(), Value::String(text));
+    Value::Object(user)
 }

@@ -41,7 +41,7 @@ use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
 use cancel::{cancel_once, stop_soon};
-use echo::echoed_input;
+use echo::{echoed_input, user_message_json};
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,27 +75,6 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     }
     live.ended.store(true, Ordering::SeqCst);
     app.feeds.ended(&ids.execution_id, &feed);
-}
-
-/// The user's message as a join's snapshot shows it (its text parts), its text moved out of the
-/// A2A message once that is serialized: the one copy of a large message the run keeps.
-fn user_message_json(id: &str, message: &mut Value) -> Value {
-    let mut texts = message["parts"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| match p.get_mut("text") {
-            Some(Value::String(t)) => Some(std::mem::take(t)),
-            _ => None,
-        });
-    let mut text = texts.next().unwrap_or_default();
-    texts.for_each(|t| text.push_str(&t));
-    // Built field by field: `json!` would copy the text.
-    let mut user = serde_json::Map::new();
-    user.insert("id".into(), Value::from(id));
-    user.insert("role".into(), Value::from("user"));
-    user.insert("content".into(), Value::String(text));
-    Value::Object(user)
 }
 
 /// The span state went with the panic: a fresh projection closes nothing and reports it.
