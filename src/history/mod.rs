@@ -87,6 +87,18 @@ impl History {
         logs.entry(thread_id.to_string()).or_default().clone()
     }
 
+    /// Closes the thread's log unless someone is writing it: called when a run ends, so an idle
+    /// thread holds no descriptor (the next write opens the log again, cheaply).
+    pub(crate) fn release(&self, thread_id: &str) {
+        let mut logs = self.inner.logs.lock();
+        if logs
+            .get(thread_id)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            logs.remove(thread_id);
+        }
+    }
+
     /// Appends records to the thread's log (opened, with `title` when it is created).
     pub(crate) fn append<'b>(
         &self,

@@ -341,5 +341,8 @@ impl Drop for Recorder {
         if self.sink.is_some() && (!self.open.is_empty() || !self.ends.is_empty()) {
             self.checkpoint();
         }
+        if let Some((history, thread_id)) = &self.sink {
+            history.release(thread_id);
+        }
     }
 }
