@@ -218,3 +218,33 @@ fn a_kernel_join_keeps_the_conversation_and_completes_it_from_the_task() {
         [json!({"id": "a2", "content": "more"})]
     );
 }
+
+/// A thread whose run ended holds no open log (a descriptor per thread that ever ran was the
+/// soak's finding); the next turn opens it again and appends.
+#[test]
+fn a_log_is_closed_when_its_run_ends_and_reopened_by_the_next_turn() {
+    let dir = tmp("release");
+    let h = History::new(&dir, 100);
+    turn(&h, "t", 1);
+    assert!(
+        h.inner.logs.lock().is_empty(),
+        "the run's end closed the log"
+    );
+    turn(&h, "t", 2);
+    assert!(h.inner.logs.lock().is_empty());
+    let texts: Vec<Value> = h
+        .messages("t")
+        .iter()
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            json!("question 1"),
+            json!("answer 1"),
+            json!("question 2"),
+            json!("answer 2")
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
