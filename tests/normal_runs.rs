@@ -77,6 +77,11 @@ fn a_normal_turn_streams_what_the_reference_adapter_streamed() {
         input["messages"],
         json!([{"id": "msg-run-1", "role": "user", "content": "Say hello in one sentence."}])
     );
+    // A whole `RunAgentInput` (its required arrays too): `@ag-ui/core`'s schema refuses less.
+    assert_eq!(
+        (&input["tools"], &input["context"]),
+        (&json!([]), &json!([]))
+    );
     assert_eq!(
         without_ids(&events, &ours_task),
         without_ids(&golden, "4c0dde0f-2c97-4a63-953c-c18ee9a20c1e")

@@ -30,8 +30,10 @@ pub(super) fn echoed_input(ids: &RunIds, m: &UserMessage) -> Value {
         }
         text.truncate(end);
     }
+    // `tools` and `context` are required arrays of `RunAgentInput` (clients that check events
+    // with `@ag-ui/core`'s schemas, CopilotKit's runtime among them, refuse the event without).
     serde_json::json!({"threadId": ids.thread_id, "runId": ids.run_id,
-        "messages": [{"id": m.id, "role": "user", "content": text}]})
+        "messages": [{"id": m.id, "role": "user", "content": text}], "tools": [], "context": []})
 }
 
 /// The user's message as a join's snapshot shows it (its text parts), its text moved out of the
