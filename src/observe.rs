@@ -1,6 +1,4 @@
-//! Re-attach after a reload: the thread lookup and the read-only observe stream.
-//!
-//! A console that reloads has only its thread id (kept in the URL) and the caller identity it
+//! Re-attach after a reload: the thread lookup and the read-only observe stream. A console that reloads has only its thread id (kept in the URL) and the caller identity it
 //! always presents. [`thread_status`] answers `GET /extensions/iac-code/v1/threads/{threadId}`
 //! with the current execution, its state and the pending interrupts exactly as they were
 //! announced, so the page can redraw an approval card and resume. [`admit_observer`] and
@@ -8,9 +6,7 @@
 //! reference adapter's route and body): `RUN_STARTED`, the session event, the turn so far as one
 //! `MESSAGES_SNAPSHOT`, then the task's live updates through the same [`Projection`] a run uses,
 //! until the first wait or end. An observer never takes the thread, never cancels anything, and
-//! a client that leaves only ends its own stream.
-//!
-//! Who may look (the binding check): the caller presents either `rosInvocationId` equal to the
+//! a client that leaves only ends its own stream. Who may look (the binding check): the caller presents either `rosInvocationId` equal to the
 //! current execution's, or `userId` equal to the user id the thread is bound to (only when the
 //! thread has one). Anything else, and an unknown thread, is the same 404, so a guessed thread id
 //! reveals nothing. The bearer token (when configured) is checked first, as for `POST /`.
@@ -218,7 +214,11 @@ pub(crate) fn admit_observer(
         sub.history_limit = Some(q.parse().map_err(|_| Msg::ObserveIdentityInvalid.err())?);
     }
     let (snap, exec) = current_execution(app, execution_id, &sub)?;
-    let past = app.history.messages(&sub.thread_id);
+    let past = exec
+        .pending
+        .is_empty()
+        .then(|| app.history.messages(&sub.thread_id));
+    let past = past.unwrap_or_default();
     let ids = run_ids(
         &snap.doc,
         &exec.execution_id,
