@@ -928,7 +928,7 @@ def scenario_h(sc: Scenario, env: Env):
 
     def turn(body: dict, label: str) -> Stream:
         st = post_run(port, body, label)
-        check_run_envelope(sc, st, thread, body["runId"], label)
+        check_run_envelope(sc, st, thread, body["runId"], label, resume="resume" in body)
         for m in (body.get("messages") or [])[-1:]:
             expected.append({"id": m["id"], "role": "user", "content": m["content"]})
         reduce_messages(expected, st.events)
