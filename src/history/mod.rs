@@ -15,9 +15,11 @@
 mod fold;
 mod kernel;
 mod logfile;
+mod tail;
 mod turn;
 mod user;
 
+pub(crate) use tail::waiting_join;
 pub use turn::INTERRUPT_ACTIVITY;
 pub(crate) use turn::{interrupt_message, Recorder};
 
