@@ -184,7 +184,6 @@ pub(crate) fn admit_observer(
         sub.history_limit = Some(q.parse().map_err(|_| Msg::ObserveIdentityInvalid.err())?);
     }
     let (snap, exec) = current_execution(app, execution_id, &sub)?;
-    let waits = waits(&snap, &exec);
     let past = app.history.messages(&sub.thread_id);
     let ids = run_ids(
         &snap.doc,
@@ -198,8 +197,6 @@ pub(crate) fn admit_observer(
         // Exactly what this process sent: no kernel call, the same ids and text.
         match feed.attach(asked.last_event_id, &past, sub.history_limit) {
             Start::Kernel => watching = Some(Watching(feed)),
-            // Its run ended: joined from the kept conversation (`history::waiting_join`).
-            Start::Join(..) if waits => feed.unwatch(),
             start => return Ok(Observer::local(feed, start, ids, lang)),
         }
     }
@@ -225,15 +222,6 @@ fn current_execution(
         return Err(identity_changed());
     }
     Ok((snap, exec))
-}
-
-/// Whether the execution waits at an interrupt: pending interrupts, and no run of it in progress.
-fn waits(snap: &Snapshot, exec: &Execution) -> bool {
-    let live = snap
-        .active
-        .as_ref()
-        .is_some_and(|a| a.execution_id == exec.execution_id);
-    !live && !exec.pending.is_empty()
 }
 
 /// An observer of the kernel's task: the execution waits for input (its interrupts are

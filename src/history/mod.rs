@@ -15,11 +15,9 @@
 mod fold;
 mod kernel;
 mod logfile;
-mod tail;
 mod turn;
 mod user;
 
-pub(crate) use tail::waiting_join;
 pub use turn::INTERRUPT_ACTIVITY;
 pub(crate) use turn::{interrupt_message, Recorder};
 
@@ -306,6 +304,20 @@ pub(crate) fn join_snapshot(past: &[Value], task: Option<&Value>, limit: Option<
     let current = current.as_ref().and_then(|s| s["messages"].as_array());
     let messages = joined(past, current.map_or(&[], Vec::as_slice), limit);
     json!({"type": "MESSAGES_SNAPSHOT", "timestamp": crate::ids::now_ms(), "messages": messages})
+}
+
+/// A kernel join's catch-up for an execution waiting at an interrupt: the kept conversation
+/// completed as for [`join_snapshot`], up to the message the interrupt waits on, which follows
+/// as events (`catchup`).
+pub(crate) fn waiting_join(
+    past: &[Value],
+    task: Option<&Value>,
+    limit: Option<usize>,
+) -> Vec<Value> {
+    let current = task.and_then(kernel::catch_up);
+    let current = current.as_ref().and_then(|s| s["messages"].as_array());
+    let messages = joined(past, current.map_or(&[], Vec::as_slice), limit);
+    crate::catchup::snapshot_then_tail(messages, crate::ids::now_ms())
 }
 
 /// A page cursor: opaque to clients (base64url of the message's record number), stable while

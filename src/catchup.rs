@@ -1,6 +1,8 @@
-//! The join of an execution waiting at an interrupt: the whole kept conversation, with the
-//! message the interrupt waits on (and what follows it) sent after the `MESSAGES_SNAPSHOT` as
-//! the events that streamed it, as a live run sent it.
+//! A join's catch-up for a run that ended, or waits at an interrupt: the kept conversation as
+//! one `MESSAGES_SNAPSHOT` up to the run's last assistant message, then that message and what
+//! follows it (its tool results, the interrupt's record) as the events that streamed them, as the
+//! live run sent them. `@ag-ui/client`'s reducer builds the same messages, ids and order as from
+//! one snapshot of them all.
 //!
 //! Why not all of it in the snapshot: assistant-ui (`@assistant-ui/react-ag-ui` 0.0.58,
 //! `AgUiThreadRuntimeCore.importMessagesSnapshot`) drops its run's placeholder message when the
@@ -8,35 +10,26 @@
 //! count as one), and the `RUN_FINISHED` that carries the interrupt then updates no message:
 //! the approval card never shows. Here the snapshot ends with the turn's user message, or the
 //! message the interrupt waits on arrives as events, which that client attaches the run's end
-//! to. `@ag-ui/client`'s reducer builds the same messages, ids and order either way.
+//! to.
 
-use super::{joined, kernel};
 use crate::events::EventType;
 use serde_json::{json, Value};
 
-/// The join's catch-up: its `MESSAGES_SNAPSHOT`, then the waiting tail ([`tail_start`]) as
-/// events. `past`, `task` and `limit` as for [`super::join_snapshot`].
-pub(crate) fn waiting_join(
-    past: &[Value],
-    task: Option<&Value>,
-    limit: Option<usize>,
-) -> Vec<Value> {
-    let current = task.and_then(kernel::catch_up);
-    let current = current.as_ref().and_then(|s| s["messages"].as_array());
-    let mut messages = joined(past, current.map_or(&[], Vec::as_slice), limit);
+/// The catch-up events of `messages` (a kept conversation, oldest first): its
+/// `MESSAGES_SNAPSHOT`, then the tail ([`tail_start`]) as events, all stamped `now_ms`.
+pub(crate) fn snapshot_then_tail(mut messages: Vec<Value>, now_ms: u64) -> Vec<Value> {
     let tail = messages.split_off(tail_start(&messages));
     let mut out = vec![json!({"type": EventType::MessagesSnapshot, "messages": messages})];
     for m in &tail {
         message_events(m, &mut out);
     }
-    let now = crate::ids::now_ms();
     for ev in &mut out {
-        ev["timestamp"] = json!(now);
+        ev["timestamp"] = json!(now_ms);
     }
     out
 }
 
-/// Where the waiting tail starts: at this turn's last assistant message (one after the last
+/// Where the tail starts: at this turn's last assistant message (one after the last
 /// user message), else just after the user message. Either way the snapshot ends with the
 /// user's message or is followed by a text or tool call event.
 fn tail_start(messages: &[Value]) -> usize {
