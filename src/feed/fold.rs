@@ -444,6 +444,54 @@ mod tests {
         );
         assert_eq!(p[6]["delta"], "hmm");
     }
+
+    #[test]
+    fn the_join_of_an_ended_run_keeps_the_kept_order_and_sends_its_last_message_after_the_snapshot()
+    {
+        let mut f = Fold::default();
+        f.set_user(json!({"id": "u2", "role": "user", "content": "write"}));
+        for ev in [
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "write"}),
+            json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}"}),
+            json!({"type": "TOOL_CALL_END", "toolCallId": "c1"}),
+        ] {
+            f.apply(&ev);
+        }
+        let record = json!({"id": "interrupt-p1", "role": "activity", "activityType": "iac-code.interrupt",
+            "content": {"interrupt": {"id": "p1"}, "answer": null}});
+        let past = [
+            json!({"id": "u1", "role": "user", "content": "hi"}),
+            json!({"id": "a1", "role": "assistant", "content": "hello"}),
+            json!({"id": "u2", "role": "user", "content": "write"}),
+            json!({"id": "c1", "role": "assistant", "toolCalls": []}),
+            record.clone(),
+        ];
+        let p = f.prelude(7, &past, None, Some(Instant::now()));
+        assert_eq!(
+            types(&p),
+            [
+                "RUN_STARTED",
+                "MESSAGES_SNAPSHOT",
+                "TOOL_CALL_START",
+                "TOOL_CALL_ARGS",
+                "TOOL_CALL_END",
+                "ACTIVITY_SNAPSHOT"
+            ]
+        );
+        let ids: Vec<&str> = p[1]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["u1", "a1", "u2"]);
+        assert_eq!(p[2]["parentMessageId"], "c1");
+        assert_eq!(p[5]["messageId"], "interrupt-p1");
+        // A run in progress keeps every closed message in its snapshot.
+        let p = f.prelude(7, &past, None, None);
+        assert_eq!(p[1]["messages"].as_array().unwrap().len(), 5);
+    }
 }
 
 /// The delta events, which the feed folds without parsing them into a `Value`.
