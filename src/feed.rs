@@ -306,7 +306,7 @@ impl Feed {
         let Some(fold) = st.fold.as_ref() else {
             return Start::Kernel;
         };
-        let events = fold.prelude(crate::ids::now_ms(), past, lim);
+        let events = fold.prelude(crate::ids::now_ms(), past, lim, st.ended);
         let at = st.folded;
         let mut body = Vec::new();
         for (k, ev) in events.iter().enumerate() {

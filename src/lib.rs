@@ -69,6 +69,7 @@
 
 pub mod a2a;
 pub mod app;
+pub(crate) mod catchup;
 pub mod config;
 pub mod error;
 pub(crate) mod events;

@@ -25,20 +25,13 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod body;
+pub(crate) use body::{subscribe_body, Asked, Subscribe};
+
 /// How long an observer waits for what the run thread is about to record: the task id of a run
 /// that just started, the interrupts of a run that just reached a wait.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(20);
-
-/// The body keys the reference's subscribe route accepts (`afterSequence` is accepted, unused).
-/// `historyLimit` (ours): the join's snapshot holds the newest N messages only.
-const SUBSCRIBE_FIELDS: &[&str] = &[
-    "threadId",
-    "runId",
-    "rosInvocationId",
-    "afterSequence",
-    "historyLimit",
-];
 
 /// A thread as the store and the thread's slot show it right now.
 pub(crate) struct Snapshot {
@@ -176,29 +169,6 @@ impl Drop for Watching {
     }
 }
 
-fn required(body: &Value, key: &str) -> Option<String> {
-    body.get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-}
-
-/// The identity a subscribe request presents: its body's three keys, and the newest messages
-/// its snapshot should hold (`historyLimit`, body or query).
-pub(crate) struct Subscribe {
-    pub(crate) thread_id: String,
-    pub(crate) run_id: String,
-    pub(crate) ros_invocation_id: String,
-    history_limit: Option<usize>,
-}
-
-/// A subscribe request: its body, its `Last-Event-ID`, its query's `historyLimit`.
-pub(crate) struct Asked<'a> {
-    pub(crate) body: &'a [u8],
-    pub(crate) last_event_id: Option<&'a str>,
-    pub(crate) history_limit: Option<&'a str>,
-}
-
 /// Checks a subscribe request against the thread (the reference's rules) before any byte of
 /// the stream: 400 for a bad body, 404 without a current execution, 409 when the execution,
 /// `rosInvocationId` or `runId` is not the thread's current one. An ended execution is joined
@@ -214,11 +184,7 @@ pub(crate) fn admit_observer(
         sub.history_limit = Some(q.parse().map_err(|_| Msg::ObserveIdentityInvalid.err())?);
     }
     let (snap, exec) = current_execution(app, execution_id, &sub)?;
-    let past = exec
-        .pending
-        .is_empty()
-        .then(|| app.history.messages(&sub.thread_id));
-    let past = past.unwrap_or_default();
+    let past = app.history.messages(&sub.thread_id);
     let ids = run_ids(
         &snap.doc,
         &exec.execution_id,
@@ -238,33 +204,6 @@ pub(crate) fn admit_observer(
     obs.past = past;
     obs.history_limit = sub.history_limit;
     Ok(obs)
-}
-
-/// The subscribe body: exactly the reference's keys, the three identities non-empty strings.
-pub(crate) fn subscribe_body(body: &[u8]) -> Result<Subscribe, Error> {
-    let bad = || Msg::ObserveIdentityInvalid.err();
-    let v: Value = serde_json::from_slice(body).map_err(|_| bad())?;
-    let obj = v.as_object().ok_or_else(bad)?;
-    if obj.keys().any(|k| !SUBSCRIBE_FIELDS.contains(&k.as_str())) {
-        return Err(bad());
-    }
-    let history_limit = match v.get("historyLimit") {
-        None => None,
-        Some(n) => Some(n.as_u64().ok_or_else(bad)? as usize),
-    };
-    match (
-        required(&v, "threadId"),
-        required(&v, "runId"),
-        required(&v, "rosInvocationId"),
-    ) {
-        (Some(thread_id), Some(run_id), Some(ros_invocation_id)) => Ok(Subscribe {
-            thread_id,
-            run_id,
-            ros_invocation_id,
-            history_limit,
-        }),
-        _ => Err(bad()),
-    }
 }
 
 /// The thread as it is now and its current execution, which must be the one the request names,
@@ -418,7 +357,11 @@ pub(crate) fn observe(app: &App, mut obs: Observer, stream: &SseStream) {
     let finish = match &obs.waiting {
         Some(interrupts) => {
             let task = app.a2a.get_task(&obs.task_id).ok().flatten();
-            out.push(obs.snapshot(task.as_ref()));
+            out.extend(history::waiting_join(
+                &obs.past,
+                task.as_ref(),
+                obs.history_limit,
+            ));
             End::Interrupt(interrupts.clone())
         }
         None => {

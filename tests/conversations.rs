@@ -385,6 +385,69 @@ fn a_join_of_a_running_turn_starts_with_the_past_turns_then_the_live_rest() {
     assert_eq!(kept, all_pages(&a, t, 50));
 }
 
+#[test]
+fn a_join_of_a_waiting_turn_starts_with_the_past_turns_then_this_turn_and_its_interrupt() {
+    let (k, a) = setup();
+    waiting_join_is_the_whole_conversation(&a);
+    // With a detach grace the ended run's replay buffer is still held and answers the join.
+    let grace = Options {
+        args: vec!["--detach-grace".into(), "30".into()],
+        ..Default::default()
+    };
+    waiting_join_is_the_whole_conversation(&Adapter::start_with(&k.url, grace));
+}
+
+fn waiting_join_is_the_whole_conversation(a: &Adapter) {
+    let t = "t-wait-join";
+    let mut expected = Vec::new();
+    for n in 1..=2 {
+        let body = a.request(t, &format!("r{n}"), "scenario:reasoning");
+        let r = a.run(&body);
+        assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.types());
+        expect_turn(&mut expected, &body, &r);
+    }
+    let earlier = expected.len();
+    let body = a.request(t, "r3", "scenario:permission");
+    let r = a.run(&body);
+    assert_eq!(r.last()["outcome"]["type"], "interrupt", "{:?}", r.types());
+    expect_turn(&mut expected, &body, &r);
+    assert_eq!(a.thread_lookup(t, ID).1["state"], "waiting");
+    let j = join(a, t, json!({}));
+    assert_eq!(j.types()[..2], ["RUN_STARTED", "CUSTOM"]);
+    // The snapshot: every earlier message in order, then this turn's (its user message first).
+    let snapshot = &j.events[2];
+    assert_eq!(snapshot["type"], "MESSAGES_SNAPSHOT");
+    let msgs = snapshot["messages"].as_array().unwrap();
+    assert!(msgs.len() > earlier, "{msgs:?}");
+    assert_eq!(msgs[..earlier], expected[..earlier]);
+    assert_eq!(msgs[earlier]["role"], "user");
+    assert_eq!(msgs[earlier]["content"], "scenario:permission");
+    assert_eq!(msgs[..], expected[..msgs.len()]);
+    // What follows it (the message the interrupt waits on, as the events that streamed it: a
+    // client such as assistant-ui attaches the interrupt to that message; the interrupt's record)
+    // completes it: reduced as `@ag-ui/client` does, the join is the whole kept conversation.
+    let call = r.interrupts()[0]["toolCallId"].clone();
+    assert!(
+        j.events[3..]
+            .iter()
+            .any(|e| e["type"] == "TOOL_CALL_START" && e["toolCallId"] == call),
+        "{:?}",
+        j.types()
+    );
+    let mut seen = Vec::new();
+    reduce(&mut seen, &j.events);
+    assert_eq!(seen, expected);
+    assert_eq!(seen, all_pages(a, t, 50));
+    check_spans(&j.events).unwrap();
+    // It ends with the pending interrupt exactly as announced, and it can be answered.
+    assert_eq!(j.last()["type"], "RUN_FINISHED");
+    assert_eq!(j.last()["outcome"], r.last()["outcome"]);
+    let resume = json!([{"interruptId": r.interrupts()[0]["id"], "status": "resolved",
+                         "payload": {"decision": "allow_once"}}]);
+    let r = a.run(&a.resume_request(t, "r3-answer", resume));
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.types());
+}
+
 /// The events a client read before its connection went away.
 fn read_until_cut(url: String, body: Value, seen: Arc<Mutex<Vec<Value>>>) {
     let Ok(resp) = agent()

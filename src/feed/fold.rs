@@ -4,10 +4,13 @@
 //! A join is a run of its own: `RUN_STARTED`, the run's custom events (the session event a Stop
 //! needs), one `MESSAGES_SNAPSHOT` with every message that is closed, the latest activity
 //! snapshots, then every span still open re-opened (`STEP_STARTED`, `REASONING_START`,
-//! `*_START` followed by the content so far), so the live tail that follows continues them.
+//! `*_START` followed by the content so far), so the live tail that follows continues them. The
+//! join of a run that ended (at an interrupt, within the detach grace) has its last assistant
+//! message after the snapshot, as events (`catchup`), then the run's own end.
 
 use crate::events::EventType;
 use serde_json::{json, Map, Value};
+use std::time::Instant;
 
 #[derive(Default)]
 pub(super) struct Fold {
@@ -205,8 +208,15 @@ impl Fold {
 
     /// The join's prelude: the events that bring a fresh client to where the run is now; its
     /// snapshot is the thread's kept conversation (`past`, oldest first) with this turn's closed
-    /// messages taking the place of its records there, the newest `limit` only when given.
-    pub(super) fn prelude(&self, now_ms: u64, past: &[Value], limit: Option<usize>) -> Vec<Value> {
+    /// messages taking the place of its records there, the newest `limit` only when given; up to
+    /// the run's last assistant message when the run `ended` (`catchup::snapshot_then_tail`).
+    pub(super) fn prelude(
+        &self,
+        now_ms: u64,
+        past: &[Value],
+        limit: Option<usize>,
+        ended: Option<Instant>,
+    ) -> Vec<Value> {
         let stamp = |mut ev: Value| {
             ev["timestamp"] = json!(now_ms);
             ev
@@ -216,10 +226,14 @@ impl Fold {
             out.push(started.clone());
         }
         out.extend(self.customs.iter().map(|(_, ev)| ev.clone()));
-        out.push(
-            json!({"type": EventType::MessagesSnapshot, "timestamp": now_ms,
-            "messages": self.with_past(past, limit)}),
-        );
+        let messages = self.with_past(past, limit);
+        match ended {
+            Some(_) => out.extend(crate::catchup::snapshot_then_tail(messages, now_ms)),
+            None => out.push(
+                json!({"type": EventType::MessagesSnapshot, "timestamp": now_ms,
+                "messages": messages}),
+            ),
+        }
         out.extend(self.activities.iter().map(|(_, ev)| stamp(ev.clone())));
         for step in &self.steps {
             out.push(
@@ -238,7 +252,8 @@ impl Fold {
     }
 
     /// `past` without what this turn holds (open or closed: an open span is re-opened after the
-    /// snapshot), then this turn's closed messages; the newest `limit` when given.
+    /// snapshot), this turn's closed messages in the place of its first record there (so what was
+    /// kept after them, as an interrupt's record, stays after them); the newest `limit` when given.
     fn with_past(&self, past: &[Value], limit: Option<usize>) -> Vec<Value> {
         let mut known: Vec<&str> = self.user.iter().filter_map(|u| u["id"].as_str()).collect();
         known.extend(self.activities.iter().map(|(id, _)| id.as_str()));
@@ -252,12 +267,11 @@ impl Fold {
                 Item::Result(ev) => known.extend(ev["messageId"].as_str()),
             }
         }
-        let mut msgs: Vec<Value> = past
-            .iter()
-            .filter(|m| !m["id"].as_str().is_some_and(|id| known.contains(&id)))
-            .cloned()
-            .collect();
+        let mine = |m: &Value| m["id"].as_str().is_some_and(|id| known.contains(&id));
+        let at = past.iter().position(mine).unwrap_or(past.len());
+        let mut msgs: Vec<Value> = past[..at].to_vec();
         msgs.extend(self.closed_messages());
+        msgs.extend(past[at..].iter().filter(|m| !mine(m)).cloned());
         if let Some(n) = limit {
             msgs.drain(..msgs.len().saturating_sub(n));
         }
@@ -408,7 +422,7 @@ mod tests {
         ] {
             f.apply(&ev);
         }
-        let p = f.prelude(7, &[], None);
+        let p = f.prelude(7, &[], None, None);
         assert_eq!(
             types(&p),
             [
@@ -429,6 +443,54 @@ mod tests {
                 {"id": "r1", "role": "tool", "toolCallId": "c1", "content": "ok"}])
         );
         assert_eq!(p[6]["delta"], "hmm");
+    }
+
+    #[test]
+    fn the_join_of_an_ended_run_keeps_the_kept_order_and_sends_its_last_message_after_the_snapshot()
+    {
+        let mut f = Fold::default();
+        f.set_user(json!({"id": "u2", "role": "user", "content": "write"}));
+        for ev in [
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "write"}),
+            json!({"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}"}),
+            json!({"type": "TOOL_CALL_END", "toolCallId": "c1"}),
+        ] {
+            f.apply(&ev);
+        }
+        let record = json!({"id": "interrupt-p1", "role": "activity", "activityType": "iac-code.interrupt",
+            "content": {"interrupt": {"id": "p1"}, "answer": null}});
+        let past = [
+            json!({"id": "u1", "role": "user", "content": "hi"}),
+            json!({"id": "a1", "role": "assistant", "content": "hello"}),
+            json!({"id": "u2", "role": "user", "content": "write"}),
+            json!({"id": "c1", "role": "assistant", "toolCalls": []}),
+            record.clone(),
+        ];
+        let p = f.prelude(7, &past, None, Some(Instant::now()));
+        assert_eq!(
+            types(&p),
+            [
+                "RUN_STARTED",
+                "MESSAGES_SNAPSHOT",
+                "TOOL_CALL_START",
+                "TOOL_CALL_ARGS",
+                "TOOL_CALL_END",
+                "ACTIVITY_SNAPSHOT"
+            ]
+        );
+        let ids: Vec<&str> = p[1]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["u1", "a1", "u2"]);
+        assert_eq!(p[2]["parentMessageId"], "c1");
+        assert_eq!(p[5]["messageId"], "interrupt-p1");
+        // A run in progress keeps every closed message in its snapshot.
+        let p = f.prelude(7, &past, None, None);
+        assert_eq!(p[1]["messages"].as_array().unwrap().len(), 5);
     }
 }
 

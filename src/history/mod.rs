@@ -300,10 +300,26 @@ pub(crate) fn joined(past: &[Value], current: &[Value], limit: Option<usize>) ->
 /// A kernel join's `MESSAGES_SNAPSHOT`: the kept conversation with the kernel's view of this
 /// turn (`task`: `GetTask`, a subscription's first `Task`) completing it ([`joined`]).
 pub(crate) fn join_snapshot(past: &[Value], task: Option<&Value>, limit: Option<usize>) -> Value {
+    let messages = with_task(past, task, limit);
+    json!({"type": "MESSAGES_SNAPSHOT", "timestamp": crate::ids::now_ms(), "messages": messages})
+}
+
+/// The kept conversation completed with the kernel's view of this turn ([`joined`]).
+fn with_task(past: &[Value], task: Option<&Value>, limit: Option<usize>) -> Vec<Value> {
     let current = task.and_then(kernel::catch_up);
     let current = current.as_ref().and_then(|s| s["messages"].as_array());
-    let messages = joined(past, current.map_or(&[], Vec::as_slice), limit);
-    json!({"type": "MESSAGES_SNAPSHOT", "timestamp": crate::ids::now_ms(), "messages": messages})
+    joined(past, current.map_or(&[], Vec::as_slice), limit)
+}
+
+/// A kernel join's catch-up for an execution waiting at an interrupt: the kept conversation
+/// completed as for [`join_snapshot`], up to the message the interrupt waits on, which follows
+/// as events (`catchup`).
+pub(crate) fn waiting_join(
+    past: &[Value],
+    task: Option<&Value>,
+    limit: Option<usize>,
+) -> Vec<Value> {
+    crate::catchup::snapshot_then_tail(with_task(past, task, limit), crate::ids::now_ms())
 }
 
 /// A page cursor: opaque to clients (base64url of the message's record number), stable while

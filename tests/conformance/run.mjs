@@ -1048,8 +1048,35 @@ async function scIdleJoin() {
   await turn("scenario:pipeline", { runMode: "pipeline" });
   await turn("scenario:reasoning");
   while (runs.length < 10) await turn("hello");
-  const look = await (await fetch(`${BASE}/extensions/iac-code/v1/threads/${threadId}?rosInvocationId=${inv}`)).json();
+  const { look, fresh, types } = await connectJoin(threadId, inv, problems);
   if (look.state !== "idle") problems.push(`lookup state ${look.state}`);
+  const want = ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"];
+  if (types.join() !== want.join()) problems.push(`join events ${types.join(", ")}`);
+  const kept = fresh.messages.filter((m) => !(m.role === "activity" && m.activityType === "iac-code.interrupt"));
+  const answered = fresh.messages.filter((m) => m.activityType === "iac-code.interrupt" && m.content?.answer);
+  const seen = agent.messages;
+  if (kept.length !== seen.length) problems.push(`${kept.length} messages kept, ${seen.length} seen by the runs' client`);
+  for (let i = 0; i < Math.min(kept.length, seen.length); i++) {
+    if (canon(kept[i]) !== canon(seen[i])) {
+      problems.push(`message ${i}: kept ${short(safeJson(kept[i]), 200)} vs seen ${short(safeJson(seen[i]), 200)}`);
+      break;
+    }
+  }
+  const roles = new Set(kept.map((m) => m.role));
+  for (const role of ["user", "assistant", "tool", "reasoning", "activity"]) if (!roles.has(role)) problems.push(`no ${role} message`);
+  if (!kept.some((m) => m.toolCalls?.length)) problems.push("no tool call");
+  if (answered.length < 2) problems.push(`${answered.length} answered interrupts kept, want the approval and the deploy`);
+  return {
+    runs,
+    problems,
+    notes: `${runs.length} runs, joined idle: ${fresh.messages.length} messages (${answered.length} answered interrupts) accepted by verifyEvents`,
+  };
+}
+
+/** connectAgent() on the thread's newest execution, as a reloaded page does it (the thread
+ *  lookup, then the subscribe route): the lookup, the joined client and the event types. */
+async function connectJoin(threadId, inv, problems) {
+  const look = await (await fetch(`${BASE}/extensions/iac-code/v1/threads/${threadId}?rosInvocationId=${inv}`)).json();
   class JoinAgent extends HttpAgent {
     connect() {
       const url = `${BASE}/extensions/iac-code/v1/executions/${look.executionId}/subscribe`;
@@ -1073,26 +1100,52 @@ async function scIdleJoin() {
     failure = e;
   }
   if (failure) problems.push(`connectAgent failed: ${errMsg(failure)}`);
-  const want = ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"];
-  if (types.join() !== want.join()) problems.push(`join events ${types.join(", ")}`);
+  return { look, fresh, types };
+}
+
+/**
+ * Join of a waiting thread (connectAgent while an approval waits): two past runs, then the
+ * permission turn. verifyEvents accepts the join; the client ends with the same messages as the
+ * runs' own client (the kept interrupt records aside), in order, and the same pending interrupts;
+ * the approval is then answered from the joined client.
+ */
+async function scWaitingJoin() {
+  const problems = [];
+  const threadId = `conf-wait-${randomUUID()}`;
+  const inv = "inv-wait-1";
+  const agent = newAgent(threadId);
+  const runs = [];
+  for (const text of ["scenario:reasoning", "scenario:tools-artifact", "scenario:permission"]) {
+    addUser(agent, text);
+    runs.push(await run(agent, { forwardedProps: forwardedProps(inv) }));
+  }
+  const { look, fresh, types } = await connectJoin(threadId, inv, problems);
+  if (look.state !== "waiting") problems.push(`lookup state ${look.state}`);
+  if (types.slice(0, 3).join() !== "RUN_STARTED,CUSTOM,MESSAGES_SNAPSHOT" || types.at(-1) !== "RUN_FINISHED") {
+    problems.push(`join events ${types.join(", ")}`);
+  }
   const kept = fresh.messages.filter((m) => !(m.role === "activity" && m.activityType === "iac-code.interrupt"));
-  const answered = fresh.messages.filter((m) => m.activityType === "iac-code.interrupt" && m.content?.answer);
   const seen = agent.messages;
-  if (kept.length !== seen.length) problems.push(`${kept.length} messages kept, ${seen.length} seen by the runs' client`);
+  if (kept.length !== seen.length) problems.push(`${kept.length} messages joined, ${seen.length} seen by the runs' client`);
   for (let i = 0; i < Math.min(kept.length, seen.length); i++) {
     if (canon(kept[i]) !== canon(seen[i])) {
-      problems.push(`message ${i}: kept ${short(safeJson(kept[i]), 200)} vs seen ${short(safeJson(seen[i]), 200)}`);
+      problems.push(`message ${i}: joined ${short(safeJson(kept[i]), 200)} vs seen ${short(safeJson(seen[i]), 200)}`);
       break;
     }
   }
-  const roles = new Set(kept.map((m) => m.role));
-  for (const role of ["user", "assistant", "tool", "reasoning", "activity"]) if (!roles.has(role)) problems.push(`no ${role} message`);
-  if (!kept.some((m) => m.toolCalls?.length)) problems.push("no tool call");
-  if (answered.length < 2) problems.push(`${answered.length} answered interrupts kept, want the approval and the deploy`);
+  if (kept.filter((m) => m.role === "user").length !== 3) problems.push("not the three user messages");
+  const ids = (a) => a.pendingInterrupts.map((i) => i.id).join();
+  if (!fresh.pendingInterrupts.length || ids(fresh) !== ids(agent)) {
+    problems.push(`pending interrupts: joined [${ids(fresh)}], announced [${ids(agent)}]`);
+  }
+  const resume = fresh.pendingInterrupts.map((i) => ({ interruptId: i.id, status: "resolved", payload: autoPayload(i) }));
+  const answered = await run(agent, { forwardedProps: forwardedProps(inv), resume });
+  runs.push(answered);
+  if (answered.events.at(-1)?.outcome?.type === "interrupt") problems.push("the answer left it waiting");
   return {
     runs,
     problems,
-    notes: `${runs.length} runs, joined idle: ${fresh.messages.length} messages (${answered.length} answered interrupts) accepted by verifyEvents`,
+    notes: `joined waiting: ${types.length} events (${types.join(", ")}), ${fresh.messages.length} messages accepted by verifyEvents; answered`,
   };
 }
 
@@ -1204,6 +1257,7 @@ const SCENARIOS = [
   { name: "9b tool-call and artifact events", fn: scTools },
   { name: "10 join mid-run with connectAgent() (no cursor)", fn: scJoin },
   { name: "11 join of an idle thread: ten past runs in one snapshot", fn: scIdleJoin, enabled: pipelineEnabled, skip: "AGUI_CONFORMANCE_PIPELINE=0" },
+  { name: "11b join of a waiting thread: past runs, then the approval", fn: scWaitingJoin },
   { name: "12 live feed of a thread: runs of two clients, verifyEvents and the same messages", fn: scFeed },
   { name: "self-check: broken stream is rejected", fn: scSelfCheck },
 ];

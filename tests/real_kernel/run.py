@@ -918,7 +918,8 @@ def scenario_h(sc: Scenario, env: Env):
     """Three turns on one thread: a write_file approval (allow once), a reasoning turn, a selling
     pipeline run (its question, side permission and selection answered). The history route and
     the idle join give, message by message, what a client reducing every stream built (plus the
-    user's messages and each interrupt with its answer); verifyEvents accepts the join. Then the
+    user's messages and each interrupt with its answer); verifyEvents accepts the join, and the join
+    while the pipeline waits at its question (after the two turns) gives all of it so far. Then the
     adapter is SIGKILLed mid-turn: after the restart the user's message and the text sent so far
     are kept; the next turn completes the cut message from the kernel's task."""
     port = env.ours_port
@@ -947,6 +948,22 @@ def scenario_h(sc: Scenario, env: Env):
             st = turn(make(resume), f"{label}/answer{n + 1}")
         return st
 
+    def waiting_join(st: Stream, label: str) -> None:
+        """The join while the turn waits: reduced, the whole conversation so far; verifyEvents
+        accepts it; it ends with the interrupts as announced."""
+        status, look = http_json(port, "GET", f"/extensions/iac-code/v1/threads/{thread}?rosInvocationId={ros}")
+        sc.require(status == 200 and look.get("state") == "waiting", f"{label}: lookup {status} {look}")
+        join = read_frames(port, f"/extensions/iac-code/v1/executions/{look['executionId']}/subscribe",
+                           observe_body(thread, look["runId"], ros))
+        events = [e for _, e in join.frames]
+        sc.expect("MESSAGES_SNAPSHOT" in [e.get("type") for e in events]
+                  and (events[-1].get("outcome") or {}).get("interrupts") == st.interrupts(),
+                  f"{label}: {compact_tokens(events)}")
+        seen: list = []
+        reduce_messages(seen, events)
+        compare_kept(sc, seen, expected, label)
+        verify_with_client(sc, events, label, env)
+
     run = lambda: f"run-{uuid.uuid4()}"   # noqa: E731
     st = turn(run_input(thread, run(), ros, cwd, write_prompt(cwd)), "ours/h/turn1")
     sc.require(st.outcome_type() == "interrupt", f"turn 1: {st.summary()}")
@@ -955,6 +972,8 @@ def scenario_h(sc: Scenario, env: Env):
     st = turn(run_input(thread, run(), ros, cwd, think_prompt(cwd)), "ours/h/turn2")
     sc.expect(st.outcome_type() == "success", f"turn 2: {st.summary()}")
     st = turn(pipeline_input(thread, run(), ros, cwd, text=PIPELINE_PROMPT), "ours/h/turn3")
+    sc.require(st.outcome_type() == "interrupt", f"turn 3 (pipeline): {st.summary()}")
+    waiting_join(st, "waiting join of the pipeline's question, after two turns")
     st = answered(st, lambda r: pipeline_input(thread, run(), ros, cwd, resume=r), "ours/h/turn3")
     sc.expect(st.outcome_type() == "success", f"turn 3 (pipeline): {st.summary()}")
     roles = {m.get("role") for m in expected}

@@ -114,8 +114,8 @@ function Interrupts() {
 }
 
 // On load: if the thread has a running or waiting execution, re-attach to it (thread route, then
-// the observe route) as a run of its own; the transcript of ended turns cannot come back yet (the
-// adapter has no history route).
+// the observe route) as a run of its own, which brings back the whole conversation and the approval
+// card; a thread whose turns have ended is not re-attached.
 function Rejoin() {
   const aui = useAui();
   const [note, setNote] = useState("");

@@ -11,7 +11,8 @@
 // - Re-attach after a reload (today's join): lookup() asks the thread route; when the thread has a
 //   running or waiting execution, joinNext() makes the next run read the observe route instead of
 //   POSTing a turn: a valid AG-UI run (RUN_STARTED, session, MESSAGES_SNAPSHOT, the live rest, and
-//   RUN_FINISHED with the pending interrupts), so assistant-ui redraws the turn and the approval card.
+//   RUN_FINISHED with the pending interrupts), so assistant-ui redraws the conversation and the
+//   approval card.
 import { HttpAgent, runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
 
 const SESSION_EVENT = "iac-code.session.v1";

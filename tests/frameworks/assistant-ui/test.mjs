@@ -94,6 +94,12 @@ async function waitFor(page, what, fn, arg) {
     throw new Error(`never saw ${what}; the page shows: ${JSON.stringify((await page.$eval(".thread", (e) => e.innerText)).slice(-600))}`);
   }
 }
+// The messages the page shows: role, text (a user's) and the tools an assistant's shows.
+const transcript = (page) => page.$$eval(".msg", (els) => els.map((e) => ({
+  role: e.classList.contains("user") ? "user" : "assistant",
+  text: e.classList.contains("user") ? e.textContent : [...e.querySelectorAll(".text")].map((t) => t.textContent).join(""),
+  tools: [...e.querySelectorAll(".tool")].map((t) => t.dataset.tool),
+})));
 const waitText = (page, t) => waitFor(page, JSON.stringify(t),
   (x) => [...document.querySelectorAll(".msg.assistant")].some((e) => e.textContent.includes(x)), t);
 const waitIdle = (page) => waitFor(page, "the run to end", () => !!document.querySelector(".send"));
@@ -205,29 +211,49 @@ const scenarios = {
     return `Stop -> cancel extension ${cancel.status}, page idle after ${idleMs} ms, ${len} chars shown; next turn ok`;
   },
 
+  // An earlier turn, then an approval; the page reloads at the approval: the whole conversation
+  // comes back (the join's snapshot, then the message the approval waits on) with the card,
+  // which is answered from the reloaded page.
   async reload() {
     const { page, cwd } = await open("reload");
-    await send(page, `Please write hello.txt in the workspace. [[cwd=${cwd}]]`);
+    const first = `Describe a VPC template. [[cwd=${cwd}]]`;
+    const second = `Please write hello.txt in the workspace. [[cwd=${cwd}]]`;
+    await send(page, first);
+    await waitText(page, LLM_TEXT);
+    await waitIdle(page);
+    await send(page, second);
     await waitInterrupt(page, "permission");
+    const before = await transcript(page);
     await page.reload();
     await page.waitForSelector(".input");
     await waitInterrupt(page, "permission");
     await waitFor(page, "the re-attach note", () => document.querySelector(".rejoin")?.textContent.includes("waiting"));
+    await waitFor(page, "the write_file tool call", () => !!document.querySelector('.tool[data-tool="write_file"]'));
+    const after = await transcript(page);
     await shot(page, "reload-card-back");
+    const users = after.filter((m) => m.role === "user").map((m) => m.text);
+    assert.deepEqual(users, [first, second], `the user's messages after the reload: ${JSON.stringify(after)}`);
+    const at = (pred) => after.findIndex(pred);
+    const answer = at((m) => m.role === "assistant" && m.text.includes(LLM_TEXT));
+    const call = at((m) => m.role === "assistant" && m.tools.includes("write_file"));
+    assert.ok(at((m) => m.text === first) < answer && answer < at((m) => m.text === second)
+      && at((m) => m.text === second) < call, `the conversation in order after the reload: ${JSON.stringify(after)}`);
+    assert.deepEqual(after.map((m) => m.role), before.map((m) => m.role), `the same messages as before the reload: ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
     await page.click('.interrupt button[data-choice="allow_once"]');
     await waitText(page, AFTER_TOOL);
     await waitIdle(page);
     await shot(page, "reload-answered");
     assert.equal(fs.readFileSync(path.join(cwd, "hello.txt"), "utf8"), "hello\n");
-    // an ended turn: no execution to re-attach to, and no history route to load it from
+    // an ended turn: no execution to re-attach to
     await page.reload();
     await page.waitForSelector(".input");
     await new Promise((r) => setTimeout(r, 1500));
-    const after = await page.$$eval(".msg", (els) => els.length);
+    const ended = await page.$$eval(".msg", (els) => els.length);
     await shot(page, "reload-after-end");
     const kinds = requests.filter((r) => r.scenario === "reload").map((r) => `${r.method} ${new URL(r.url).pathname.replace(/[0-9a-f-]{36}/g, ":id")} ${r.status}`);
-    return `card back after reload (thread route, observe route), answered, file written; ` +
-      `reload after the turn ended shows ${after} messages (no history route yet). Requests: ${kinds.join("; ")}`;
+    return `an earlier turn, then the approval; after the reload ${after.length} messages in order ` +
+      `(${after.map((m) => m.role).join(", ")}) and the card (thread route, observe route), answered, file written; ` +
+      `reload after the turn ended shows ${ended} messages. Requests: ${kinds.join("; ")}`;
   },
 
   // Not the contrib setup (misconfigured.jsx): what a page that uses assistant-ui's own tools,
