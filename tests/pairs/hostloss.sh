@@ -13,6 +13,7 @@
 #                                                     LLM scripted by tests/real_kernel/fake_llm.py
 #                                                     on each host's loopback), 6 threads
 #
+# KEEP_WORK=1 keeps the pairs' volumes (under $TMPDIR) after a passing run, for inspection.
 # Needs root (network namespaces, a bridge). Everything listens on 127.0.0.1 (HAProxy, the
 # resolver, HAProxy's stats) or on the namespaces' own 10.x addresses (the pairs); the bridge
 # has no route out. Every namespace, the bridge and every process are removed on exit.
@@ -31,6 +32,12 @@ VENV="${REAL_KERNEL_VENV:-$ROOT/target/real-kernel-venv}"
 if [ -n "$REAL" ] && [ ! -x "$VENV/bin/iac-code" ]; then
   echo "no real kernel in $VENV (bash tests/real_kernel/setup.sh installs it)" >&2; exit 1
 fi
+# The configuration statefulset.yaml tells to generate (its pods' names in the cluster's DNS) is
+# valid as such; the test runs the same script with its own names.
+PAIRS=3 PAIR_NAME=agui-%d.agui.default.svc.cluster.local BIND=0.0.0.0:41300 bash contrib/deploy/haproxy-dns.sh \
+  | haproxy -c -q -f /dev/stdin 2>/dev/null \
+  || { echo "FAIL  haproxy -c on contrib/deploy/haproxy-dns.sh's configuration for statefulset.yaml" >&2; exit 1; }
+echo "PASS  haproxy -c on contrib/deploy/haproxy-dns.sh's configuration for statefulset.yaml"
 cargo build --quiet --examples --bins
 if [ ! -d "$HERE/node_modules/@ag-ui/client" ]; then
   (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error)
@@ -57,7 +64,7 @@ cleanup() {
   done
   ip link del "$BR" 2>/dev/null
   wait 2>/dev/null
-  if [ "$RC" -eq 0 ]; then
+  if [ "$RC" -eq 0 ] && [ -z "${KEEP_WORK:-}" ]; then
     rm -rf "$WORK"
   else
     for f in "$WORK"/pairs/pair-*/adapter.log "$WORK/haproxy.log"; do
