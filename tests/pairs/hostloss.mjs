@@ -144,6 +144,11 @@ const say = () => (REAL ? `Describe a VPC template. [[cwd=${WS}]]` : "hello");
 const permissionDir = (a) => path.join(WS, a.threadId);
 const askPermission = (a) => (REAL ? `Please write hello.txt in the workspace. [[cwd=${permissionDir(a)}]]` : "scenario:permission");
 const allow = (a) => [{ interruptId: a.pendingInterrupts[0].id, status: "resolved", payload: { decision: "allow_once" } }];
+// HAProxy's JSON 503, or — for a request on a reused client connection — a close with no
+// response: on a connect timeout HAProxy answers only a connection's first request and closes
+// the others silently (http_return_srv_error, TX_NOT_FIRST), so the client may resend: nothing
+// reached any pair.
+const closed = (r) => r.status === undefined && r.message === "fetch failed";
 const brief = (r) => JSON.stringify({ ok: r.ok, outcome: r.outcome, status: r.status, code: r.code, message: r.message?.slice(0, 160) });
 const firstBad = (rs, good) => (rs.every(good) ? "" : `: ${brief(rs.find((r) => !good(r)))}`);
 
@@ -237,14 +242,16 @@ async function main() {
   dns.set(podName(victim), null);
   log(`      host ${victim} lost: ${killed} processes SIGKILLed, ${addr(victim)} and its namespace deleted, its name gone`);
   await sleep(2500); // HAProxy has asked for the name (NXDOMAIN) at least twice
-  const step = (a) => (a.pendingInterrupts?.length ? turn(a, { resume: allow(a) }) : turn(a, { text: say() }));
+  // A refused turn is taken back (turn() does for a status; here also for a close with no
+  // response), as a client retrying the same turn would: its next try carries the same history.
+  const step = async (a) => {
+    const n = a.messages.length;
+    const r = await (a.pendingInterrupts?.length ? turn(a, { resume: allow(a) }) : turn(a, { text: say() }));
+    if (closed(r)) a.messages.splice(n);
+    return r;
+  };
   const newcomers = Array.from({ length: REAL ? 3 : 12 }, (_, k) => new HttpAgent({ url: `${PROXY}/`, threadId: `hl-new${k}-${randomUUID()}` }));
-  const [dead, live, fresh] = await Promise.all([Promise.all(mine.map(step)), Promise.all(others.map(step)), Promise.all(newcomers.map((a) => turn(a, { text: say() })))]);
-  // HAProxy's JSON 503, or — for a request on a reused client connection — a close with no
-  // response: on a connect timeout HAProxy answers only a connection's first request and closes
-  // the others silently (http_return_srv_error, TX_NOT_FIRST), so the client may resend: nothing
-  // reached any pair.
-  const closed = (r) => r.status === undefined && r.message === "fetch failed";
+  const [dead, live, fresh] = await Promise.all([Promise.all(mine.map(step)), Promise.all(others.map(step)), Promise.all(newcomers.map(step))]);
   const refused = (r) => (r.status === 503 && r.code === "STATE_UNAVAILABLE") || closed(r);
   check(dead.every(refused), `meanwhile the ${dead.length} threads of pair ${victim} are refused, resumes included (${dead.filter((r) => r.status === 503).length} with HAProxy's JSON 503, ${dead.filter(closed).length} closed unanswered on a reused connection)${firstBad(dead, refused)}`);
   check(live.every((r) => r.ok && r.outcome === "success"), `meanwhile the ${live.length} threads of the other pairs go on (new turns and resumes)${firstBad(live, (r) => r.ok)}`);
@@ -262,12 +269,13 @@ async function main() {
   dns.set(podName(victim), addr(4));
   startPair(victim, 4);
   const tUp = Date.now();
-  let tRouted = null;
-  for (let k = 0; k < 600 && tRouted === null; k++) {
-    if ((await history(mine[0])).status === 200) tRouted = Date.now();
-    else await sleep(100);
+  // When HAProxy's routing backend has the new address (its runtime API, every 50 ms).
+  let tFollowed = null;
+  for (let k = 0; k < 1200 && tFollowed === null; k++) {
+    if ((await serverAddr(victim)) === addr(4)) tFollowed = Date.now();
+    else await sleep(50);
   }
-  check(tRouted !== null && (await serverAddr(victim)) === addr(4), `HAProxy follows the name to the new host (${await serverAddr(victim)})`);
+  check(tFollowed !== null, `HAProxy follows the name to the new host (${await serverAddr(victim)})`);
   let tFirst = null;
   const back = await Promise.all(mine.map(async (a) => {
     const r = await step(a);
@@ -279,7 +287,7 @@ async function main() {
   const failed = back.filter((r) => !(r.ok && r.outcome === "success")).length;
   const pendingMine = mine.filter((a) => parked.has(a)).length;
   const resumed = back.filter((r, k) => parked.has(mine[k]) && r.ok && r.types.includes("TOOL_CALL_RESULT") && (!REAL || fs.existsSync(path.join(permissionDir(mine[k]), "hello.txt")))).length;
-  log(`FIGURES new pair started (health) ${sec(tUp)}, routed by HAProxy ${sec(tRouted)}, first thread served ${sec(tFirst)}, all ${back.length} served ${sec(tAll)}; threads continued ${back.length - failed}/${back.length}; turns failed ${failed}; pending approvals answered ${resumed}/${pendingMine}`);
+  log(`FIGURES new pair started (health) ${sec(tUp)}, HAProxy on its new address ${sec(tFollowed)}, first thread served ${sec(tFirst)}, all ${back.length} served ${sec(tAll)}; threads continued ${back.length - failed}/${back.length}; turns failed ${failed}; pending approvals answered ${resumed}/${pendingMine}`);
   check(failed === 0 && tFirst !== null && tFirst - t0 < 60_000, `every thread of pair ${victim} continues on the new host within 60 s${firstBad(back, (r) => r.ok)}`);
   check(resumed === pendingMine && pendingMine > 0, `its ${pendingMine} pending permission interrupts are answered after the move (the tool ran)`);
   const sameSessions = mine.filter((a) => {
@@ -297,7 +305,7 @@ async function main() {
     if (h.status === 200 && at === old.length && h.ids.length > old.length) kept++;
   }
   check(kept === mine.length, `each thread's history through HAProxy holds what it held, in order, and the new turn (${kept}/${mine.length})`);
-  const late = await Promise.all(newcomers.filter((_, k) => !fresh[k].ok).map((a) => turn(a, { text: say() })));
+  const late = await Promise.all(waiting.map((a) => turn(a, { text: say() })));
   check(late.every((r) => r.ok) && waiting.every((a) => held(victim).has(a.threadId)), `the ${waiting.length} new threads refused during the outage start on pair ${victim}${firstBad(late, (r) => r.ok)}`);
   check(![1, 2, 3].filter((p) => p !== victim).some((p) => mine.some((a) => held(p).has(a.threadId))), "no thread of the pair was ever held by another pair");
   const named = hostNames(victim, addr(victim));
