@@ -250,13 +250,22 @@ async function main() {
     if (closed(r)) a.messages.splice(n);
     return r;
   };
-  const newcomers = Array.from({ length: REAL ? 3 : 12 }, (_, k) => new HttpAgent({ url: `${PROXY}/`, threadId: `hl-new${k}-${randomUUID()}` }));
-  const [dead, live, fresh] = await Promise.all([Promise.all(mine.map(step)), Promise.all(others.map(step)), Promise.all(newcomers.map(step))]);
   const refused = (r) => (r.status === 503 && r.code === "STATE_UNAVAILABLE") || closed(r);
+  // New threads, a batch at a time until one hashes to the lost pair (a third of them do).
+  const newcomers = [];
+  const fresh = [];
+  const firstComers = async () => {
+    for (let b = 0; b < 4 && !fresh.some(refused); b++) {
+      const batch = Array.from({ length: REAL ? 3 : 12 }, () => new HttpAgent({ url: `${PROXY}/`, threadId: `hl-new${newcomers.length}-${randomUUID()}` }));
+      newcomers.push(...batch);
+      fresh.push(...(await Promise.all(batch.map(step))));
+    }
+  };
+  const [dead, live] = await Promise.all([Promise.all(mine.map(step)), Promise.all(others.map(step)), firstComers()]);
   check(dead.every(refused), `meanwhile the ${dead.length} threads of pair ${victim} are refused, resumes included (${dead.filter((r) => r.status === 503).length} with HAProxy's JSON 503, ${dead.filter(closed).length} closed unanswered on a reused connection)${firstBad(dead, refused)}`);
   check(live.every((r) => r.ok && r.outcome === "success"), `meanwhile the ${live.length} threads of the other pairs go on (new turns and resumes)${firstBad(live, (r) => r.ok)}`);
   const waiting = newcomers.filter((_, k) => !fresh[k].ok);
-  check(fresh.every((r) => r.ok || refused(r)) && newcomers.every((a, k) => fresh[k].ok === [1, 2, 3].some((p) => p !== victim && held(p).has(a.threadId))), `new threads during the outage: ${newcomers.length - waiting.length} start on the other pairs, ${waiting.length} that hash to pair ${victim} get the 503 (its server stays in HAProxy's ring)`);
+  check(waiting.length > 0 && fresh.every((r) => r.ok || refused(r)) && newcomers.every((a, k) => fresh[k].ok === [1, 2, 3].some((p) => p !== victim && held(p).has(a.threadId))), `new threads during the outage: ${newcomers.length - waiting.length} start on the other pairs, ${waiting.length} that hash to pair ${victim} are refused (its server stays in HAProxy's ring)`);
   const elsewhere = [1, 2, 3].filter((p) => p !== victim).some((p) => mine.some((a) => held(p).has(a.threadId)));
   const kernelsNow = [1, 2, 3].filter((p) => p !== victim).map(kernelSessions);
   const sessionsElsewhere = kernelsNow.some((m, k) => mine.some((a) => m.has(contextId(a.threadId)) && !otherKernels[k].has(contextId(a.threadId))));
