@@ -13,8 +13,8 @@
 #                $PAIRS_ROOT/pair-I/{config,agui,adapter.log,adapter.pid}
 #   BASE_PORT    pair I listens on BASE_PORT+I (default 41300: 41301, 41302, …)
 #   PAIR_PORT    instead: every pair listens on this port (one pair per host, as in a StatefulSet)
-#   PAIR_HOST    the address pairs bind (default 127.0.0.1; a host's own address when HAProxy runs
-#                on another host: statefulset.yaml, tests/pairs/hostloss.sh)
+#   PAIR_HOST    the address pairs bind (default 127.0.0.1; the host's own address when HAProxy
+#                runs on another host, as in tests/pairs/hostloss.sh)
 #   AGUI_BIN     the adapter binary (default: iac-code-agui on PATH)
 #   A2A_COMMAND  the kernel command (default "iac-code a2a"); --host/--port are appended
 #   A2A_URLS     instead of managed kernels: one loopback kernel URL per pair, space-separated
@@ -104,5 +104,5 @@ case "$cmd" in
   start-one) start_one "$n" ;;
   stop-one) signal_one "$n" TERM ;;
   kill-one) signal_one "$n" KILL ;;
-  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
 esac

@@ -21,7 +21,7 @@
 // continued, turns failed) and one line per check; exits 1 on any failure.
 
 import { randomUUID } from "node:crypto";
-import { execFileSync, spawn } from "node:child_process";
+import { execFile, execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
@@ -73,10 +73,13 @@ async function hostLost(h) {
   return pids.length;
 }
 
-/** Pair `i` (its volume: PAIRS_ROOT/pair-i) started on host `h`. */
+/** Pair `i` (its volume: PAIRS_ROOT/pair-i) started on host `h`; resolves once it is healthy.
+ * Asynchronous: the resolver runs in this process and must keep answering meanwhile. */
 function startPair(i, h) {
   const env = { ...process.env, PAIR_HOST: addr(h), PAIR_PORT: String(PORT), HOME: path.join(hostDir(h), "home"), TMPDIR: path.join(hostDir(h), "tmp") };
-  execFileSync("ip", ["netns", "exec", ns(h), "bash", path.join(ROOT, "contrib/deploy/pairs.sh"), "start-one", String(i)], { env, stdio: "pipe" });
+  return new Promise((resolve, reject) =>
+    execFile("ip", ["netns", "exec", ns(h), "bash", path.join(ROOT, "contrib/deploy/pairs.sh"), "start-one", String(i)], { env }, (e) => (e ? reject(e) : resolve())),
+  );
 }
 
 async function waitLlm(h) {
@@ -208,7 +211,7 @@ async function main() {
     dns.set(podName(h), addr(h));
   }
   for (const h of [1, 2, 3]) await waitLlm(h);
-  for (const h of [1, 2, 3]) startPair(h, h);
+  await Promise.all([1, 2, 3].map((h) => startPair(h, h)));
   await startHaproxy();
   log(`HAProxy on ${PROXY} (DNS on 127.0.0.1:${DNS_PORT}), pairs 1-3 on ${addr(1)}-${addr(3)}:${PORT}, ${N} threads, ${REAL ? "real" : "fake"} kernels`);
 
@@ -276,15 +279,17 @@ async function main() {
   await waitLlm(4);
   const t0 = Date.now();
   dns.set(podName(victim), addr(4));
-  startPair(victim, 4);
-  const tUp = Date.now();
-  // When HAProxy's routing backend has the new address (its runtime API, every 50 ms).
+  let tUp = null;
+  const started = startPair(victim, 4).then(() => (tUp = Date.now()));
+  // When HAProxy's routing backend has the new address (its runtime API, every 50 ms), while
+  // the pair starts.
   let tFollowed = null;
   for (let k = 0; k < 1200 && tFollowed === null; k++) {
     if ((await serverAddr(victim)) === addr(4)) tFollowed = Date.now();
     else await sleep(50);
   }
   check(tFollowed !== null, `HAProxy follows the name to the new host (${await serverAddr(victim)})`);
+  await started;
   let tFirst = null;
   const back = await Promise.all(mine.map(async (a) => {
     const r = await step(a);

@@ -25,6 +25,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
+# The real kernels get a HOME of their own below; hostloss.sh (cargo, its own hosts) gets this one.
+CALLER_HOME="$HOME"
 # Debian installs haproxy in /usr/sbin, outside a normal user's PATH (common.mjs spawns it by name).
 export PATH="$PATH:/usr/sbin:/sbin"
 command -v haproxy >/dev/null || { echo "haproxy not installed (apt-get install -y haproxy)" >&2; exit 1; }
@@ -105,7 +107,7 @@ if [ -n "$REAL" ]; then
     timeout 240 node "$HERE/drive-real.mjs"
   RC=$?
   # A host lost for good, with the real kernel (its own hosts, pairs and HAProxy).
-  [ "$RC" -eq 0 ] && { bash "$HERE/hostloss.sh"; RC=$?; }
+  [ "$RC" -eq 0 ] && { HOME="$CALLER_HOME" bash "$HERE/hostloss.sh"; RC=$?; }
   set -e
   exit "$RC"
 fi
