@@ -14,7 +14,8 @@
 #                                                     on each host's loopback), 6 threads
 #
 # KEEP_WORK=1 keeps the pairs' volumes (under $TMPDIR) after a passing run, for inspection.
-# Needs root (network namespaces, a bridge). Everything listens on 127.0.0.1 (HAProxy, the
+# Needs root (network namespaces, a bridge): without it, it prints one `skipped …` line and passes,
+# except under CI=true, where it must run. Everything listens on 127.0.0.1 (HAProxy, the
 # resolver, HAProxy's stats) or on the namespaces' own 10.x addresses (the pairs); the bridge
 # has no route out. Every namespace, the bridge and every process are removed on exit.
 set -euo pipefail
@@ -24,7 +25,12 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
 export PATH="$PATH:/usr/sbin:/sbin"
-[ "$(id -u)" = 0 ] || { echo "FAIL  tests/pairs/hostloss.sh needs root: its hosts are network namespaces" >&2; exit 1; }
+# As the other tests that need root (README): skipped without it, except under CI=true.
+if [ "$(id -u)" != 0 ]; then
+  if [ "${CI:-}" = true ]; then echo "FAIL  tests/pairs/hostloss.sh needs root: its hosts are network namespaces" >&2; exit 1; fi
+  echo "skipped tests/pairs/hostloss.sh: it needs root (its hosts are network namespaces)"
+  exit 0
+fi
 command -v haproxy >/dev/null && command -v ip >/dev/null || { echo "haproxy and ip (iproute2) are needed" >&2; exit 1; }
 
 REAL="${PAIRS_REAL_KERNEL:-}"
