@@ -79,6 +79,7 @@ check_suite() {
   fi
   if runs SKIP_PAIRS; then
     have haproxy || deb haproxy
+    have ip || deb iproute2 # the host-loss test's hosts are network namespaces
   fi
   if runs SKIP_STATIC; then
     have file || deb file

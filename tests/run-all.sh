@@ -96,7 +96,7 @@ if [ -z "${SKIP_REAL_KERNEL:-}" ]; then
 fi
 
 if [ -z "${SKIP_PAIRS:-}" ]; then
-  step "several pairs behind HAProxy: 300 threads, a pair killed and restarted, a pair added"
+  step "several pairs behind HAProxy: 300 threads, a pair killed and restarted, a pair added, a host lost"
   bash tests/pairs/run.sh
   if [ -z "${SKIP_REAL_KERNEL:-}" ]; then
     step "several pairs behind HAProxy, once with the real kernel"

@@ -12,6 +12,9 @@
 #   PAIRS_ROOT   root of the pairs' directories (default /var/lib/iac-code-pairs); pair I uses
 #                $PAIRS_ROOT/pair-I/{config,agui,adapter.log,adapter.pid}
 #   BASE_PORT    pair I listens on BASE_PORT+I (default 41300: 41301, 41302, …)
+#   PAIR_PORT    instead: every pair listens on this port (one pair per host, as in a StatefulSet)
+#   PAIR_HOST    the address pairs bind (default 127.0.0.1; the host's own address when HAProxy
+#                runs on another host, as in tests/pairs/hostloss.sh)
 #   AGUI_BIN     the adapter binary (default: iac-code-agui on PATH)
 #   A2A_COMMAND  the kernel command (default "iac-code a2a"); --host/--port are appended
 #   A2A_URLS     instead of managed kernels: one loopback kernel URL per pair, space-separated
@@ -22,6 +25,8 @@ set -euo pipefail
 ROOT="${PAIRS_ROOT:-/var/lib/iac-code-pairs}"
 BASE="${BASE_PORT:-41300}"
 BIN="${AGUI_BIN:-iac-code-agui}"
+HOST="${PAIR_HOST:-127.0.0.1}"
+port_of() { echo "${PAIR_PORT:-$((BASE + $1))}"; }
 
 dir_of() { echo "$ROOT/pair-$1"; }
 pid_of() { cat "$(dir_of "$1")/adapter.pid" 2>/dev/null || true; }
@@ -30,11 +35,11 @@ running() { local p; p="$(pid_of "$1")"; [ -n "$p" ] && kill -0 "$p" 2>/dev/null
 start_one() {
   local i="$1" d port url
   d="$(dir_of "$i")"
-  port=$((BASE + i))
+  port="$(port_of "$i")"
   if running "$i"; then echo "pair $i: already running (pid $(pid_of "$i"))"; return 0; fi
   mkdir -p "$d/config" "$d/agui"
   chmod 700 "$d" "$d/config" "$d/agui"
-  local args=(--port "$port" --state-dir "$d/agui" --pair-mode)
+  local args=(--host "$HOST" --port "$port" --state-dir "$d/agui" --pair-mode)
   url="$(echo "${A2A_URLS:-}" | awk -v i="$i" '{print $i}')"
   if [ -n "$url" ]; then
     args+=(--a2a-url "$url")
@@ -47,8 +52,8 @@ start_one() {
   IAC_CODE_CONFIG_DIR="$d/config" nohup "$BIN" "${args[@]}" >>"$d/adapter.log" 2>&1 &
   echo $! >"$d/adapter.pid"
   for _ in $(seq 1 600); do
-    if curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
-      echo "pair $i: started on 127.0.0.1:$port (pid $(pid_of "$i"))"
+    if curl -fsS "http://$HOST:$port/health" >/dev/null 2>&1; then
+      echo "pair $i: started on $HOST:$port (pid $(pid_of "$i"))"
       return 0
     fi
     running "$i" || break
@@ -72,8 +77,9 @@ signal_one() {
 }
 
 status_one() {
-  local i="$1" port=$((BASE + $1)) health="no answer"
-  if curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; then health="healthy"; fi
+  local i="$1" port health="no answer"
+  port="$(port_of "$i")"
+  if curl -fsS "http://$HOST:$port/health" >/dev/null 2>&1; then health="healthy"; fi
   if running "$i"; then
     echo "pair $i: running pid $(pid_of "$i") port $port /health $health"
   else

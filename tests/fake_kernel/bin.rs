@@ -1,5 +1,6 @@
 //! The fake kernel as a process: `cargo run --example fake-kernel -- --port P [--host H] [--token T]`
-//! (`--host` is accepted for `iac-code a2a` compatibility and must be loopback).
+//! (`--host` is accepted for `iac-code a2a` compatibility and must be loopback; `--persist FILE`
+//! keeps sessions and waiting tasks in FILE, read back at start).
 //! Prints `listening on http://127.0.0.1:P` once ready.
 
 fn main() {
@@ -15,7 +16,8 @@ fn main() {
         std::process::exit(2);
     }
     let port = value("--port").and_then(|p| p.parse().ok()).unwrap_or(0);
-    let kernel = fake_kernel::FakeKernel::start_on(port, value("--token"));
+    let persist = value("--persist").map(std::path::PathBuf::from);
+    let kernel = fake_kernel::FakeKernel::start_persisted(port, value("--token"), persist);
     println!("listening on {}", kernel.url);
     loop {
         std::thread::park();

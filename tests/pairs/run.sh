@@ -15,6 +15,8 @@
 # then drive.mjs runs the scenario (see its header) and exits non-zero on any failure.
 # With PAIRS_REAL_KERNEL=1: tests/real_kernel/fake_llm.py and three pairs whose adapters supervise
 # their own `iac-code a2a` (pairs.sh's managed kernels), driven by drive-real.mjs.
+# Then tests/pairs/hostloss.sh (a pair's host lost for good, its volume started on another host;
+# needs root), with the same kernel kind.
 # Everything it started is stopped on exit; logs of a failed run are kept under $TMPDIR.
 set -euo pipefail
 
@@ -23,6 +25,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 START=$(date +%s)
+# The real kernels get a HOME of their own below; hostloss.sh (cargo, its own hosts) gets this one.
+CALLER_HOME="$HOME"
 # Debian installs haproxy in /usr/sbin, outside a normal user's PATH (common.mjs spawns it by name).
 export PATH="$PATH:/usr/sbin:/sbin"
 command -v haproxy >/dev/null || { echo "haproxy not installed (apt-get install -y haproxy)" >&2; exit 1; }
@@ -102,6 +106,8 @@ if [ -n "$REAL" ]; then
   WORK="$WORK" CWD="$WORK/workspace" ROOT="$ROOT" PAIRS_THREADS="${PAIRS_THREADS:-6}" \
     timeout 240 node "$HERE/drive-real.mjs"
   RC=$?
+  # A host lost for good, with the real kernel (its own hosts, pairs and HAProxy).
+  [ "$RC" -eq 0 ] && { HOME="$CALLER_HOME" bash "$HERE/hostloss.sh"; RC=$?; }
   set -e
   exit "$RC"
 fi
@@ -129,5 +135,8 @@ WORK="$WORK" ROOT="$ROOT" timeout 60 node "$HERE/nginx.mjs" \
   && WORK="$WORK" CWD="$WORK/workspace" ROOT="$ROOT" \
   timeout 600 node "$HERE/drive.mjs"
 RC=$?
+# A host lost for good (network namespaces as hosts, HAProxy following DNS names): its own script,
+# with its own hosts, pairs and HAProxy.
+[ "$RC" -eq 0 ] && { bash "$HERE/hostloss.sh"; RC=$?; }
 set -e
 exit "$RC"

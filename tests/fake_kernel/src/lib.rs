@@ -20,6 +20,7 @@
 
 mod captures;
 mod control;
+mod disk;
 mod http;
 mod pipeline;
 mod play;
@@ -60,6 +61,8 @@ struct Continuation {
 struct Task {
     id: String,
     context: String,
+    /// The scenario the task's user message picked (kept on disk with a wait: `disk`).
+    scenario: String,
     state: String,
     input: Option<Value>,
     /// Further permission waits pending beside `input` (pipeline side waits).
@@ -129,6 +132,8 @@ struct State {
     hold_answers: AtomicBool,
     /// Answers taken to an input wait: each one runs what the wait held back (the tool).
     accepted_answers: AtomicU64,
+    /// Where sessions and waiting tasks are kept across processes (`--persist`), if anywhere.
+    persist: Option<std::path::PathBuf>,
 }
 
 pub struct FakeKernel {
@@ -147,15 +152,28 @@ impl FakeKernel {
     }
 
     pub fn start_on(port: u16, token: Option<String>) -> FakeKernel {
+        FakeKernel::start_persisted(port, token, None)
+    }
+
+    /// As `start_on`, keeping sessions and waiting tasks in `persist` (read back first when it
+    /// exists): a fake started again on the same file goes on where the last one was.
+    pub fn start_persisted(
+        port: u16,
+        token: Option<String>,
+        persist: Option<std::path::PathBuf>,
+    ) -> FakeKernel {
         let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind fake kernel");
         // A deep accept queue, like uvicorn's, so bursts of runs are not slowed by SYN retries.
         // SAFETY: listen(2) again on our own socket only changes its backlog.
         unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 4096) };
         let port = listener.local_addr().unwrap().port();
-        let state = Arc::new(State {
+        let mut state = State {
             token,
+            persist,
             ..Default::default()
-        });
+        };
+        disk::load(&mut state);
+        let state = Arc::new(state);
         let s = state.clone();
         std::thread::spawn(move || http::accept(&s, &listener));
         FakeKernel {

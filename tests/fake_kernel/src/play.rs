@@ -254,6 +254,7 @@ fn input_wait(
         t.input = Some(envelope.clone());
         t.continuation = Some(next);
     }
+    crate::disk::save(state);
     let mut iac = json!({"input": envelope, "iacCodeSessionId": "$SESSION"});
     if envelope["kind"] == "permission" {
         iac["permission"] = json!({"autoApproved": false, "pending": true, "toolUseId": envelope["toolUseId"], "toolName": envelope["toolName"]});

@@ -43,11 +43,14 @@ pub(crate) fn send_streaming(
         return respond(conn, 200, &rpc_error(req, -32602, e));
     }
     let ctx = m["contextId"].as_str().unwrap().to_string();
-    let session = session_for(state, &ctx);
+    let session = session_kept(state, &ctx);
     let accepted = match m["taskId"].as_str() {
         Some(task_id) => take_answer(state, m, task_id, &ctx),
         None => start_task(state, m, &ctx),
     };
+    if m["taskId"].is_string() && accepted.is_ok() {
+        crate::disk::save(state);
+    }
     match accepted {
         Err((code, message)) => respond(conn, 200, &rpc_error(req, code, message)),
         Ok(Accepted::Acknowledge(first)) => acknowledge(conn, req, &first),
@@ -96,8 +99,12 @@ pub(crate) fn send_unary(state: &Arc<State>, conn: &TcpStream, req: &Value) -> s
             &rpc_error(req, -32004, "This fake takes only answers unary"),
         );
     };
-    let session = session_for(state, &ctx);
-    match take_answer(state, m, task_id, &ctx) {
+    let session = session_kept(state, &ctx);
+    let accepted = take_answer(state, m, task_id, &ctx);
+    if accepted.is_ok() {
+        crate::disk::save(state);
+    }
+    match accepted {
         Err((code, message)) => respond(conn, 200, &rpc_error(req, code, message)),
         Ok(Accepted::Acknowledge(first)) => respond(conn, 200, &rpc_result(req, first)),
         Ok(Accepted::Play {
@@ -184,6 +191,16 @@ fn session_for(state: &State, ctx: &str) -> String {
         .clone()
 }
 
+/// The context's session, kept on disk when it is new (a persisting fake: `disk`).
+fn session_kept(state: &State, ctx: &str) -> String {
+    let known = state.sessions.lock().unwrap().contains_key(ctx);
+    let session = session_for(state, ctx);
+    if !known {
+        crate::disk::save(state);
+    }
+    session
+}
+
 /// A user message: a new task in the context, running the scenario its text names.
 fn start_task(state: &State, m: &Value, ctx: &str) -> Result<Accepted, Refusal> {
     let mut tasks = state.tasks.lock().unwrap();
@@ -223,6 +240,7 @@ fn start_task(state: &State, m: &Value, ctx: &str) -> Result<Accepted, Refusal> 
         Task {
             id: id.clone(),
             context: ctx.to_string(),
+            scenario: name.to_string(),
             state: "TASK_STATE_WORKING".into(),
             input: None,
             side: Vec::new(),
