@@ -27,6 +27,9 @@ pub struct App {
     /// The runs held for the live feeds of threads (`GET …/threads/{threadId}/events`).
     pub threads: ThreadFeeds,
     pub runs: Runs,
+    /// Set once an upgrade handed the listener to a new process: tiny_http stops accepting and
+    /// closes each connection once its response is written (`Limits::draining`).
+    pub draining: Arc<AtomicBool>,
 }
 
 /// The runs in progress, so a shutdown can end each of them properly.

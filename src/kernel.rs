@@ -6,13 +6,20 @@
 //! refuses any call without it; ours send it, see [`Kernel::token`]) and the allowed workspace roots
 //! in `IACCODE_A2A_ALLOWED_CWDS` unless that is set already.
 //!
-//! The kernel also gets `PR_SET_PDEATHSIG = SIGKILL`, so even a SIGKILL of the adapter, which runs
-//! no clean-up, never leaves it orphaned.
+//! The kernel is started through its guard (`kernel/guard.rs`, our own binary), which gives it
+//! `PR_SET_PDEATHSIG = SIGKILL` and stops it once no adapter owns it any more, so even a SIGKILL
+//! of the adapter, which runs no clean-up, never leaves it orphaned, while an upgrade can hand it
+//! to the new adapter process ([`Kernel::hand_over`], [`Kernel::adopt`]).
+
+mod guard;
+
+pub use guard::{guard_main, GUARD_ENV};
 
 use crate::config::Config;
 use base64::Engine;
 use parking_lot::Mutex;
 use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -47,6 +54,44 @@ pub struct Kernel {
     /// `--log-format json`: the kernel's output is re-logged line by line (target `kernel`), so
     /// the adapter's stream stays one JSON object a line; else it is inherited as is.
     relog_output: bool,
+    /// This process's write end of the guard's owners pipe (`guard.rs`).
+    owners: Mutex<Option<OwnedFd>>,
+    /// The guard of a kernel another adapter process started and handed to this one (not our
+    /// child: watched through /proc); `None` once it exited or for a kernel of our own.
+    adopted: Mutex<Option<libc::pid_t>>,
+    /// Set while an upgrade hands the kernel to the new process: this one neither restarts nor
+    /// stops it any more.
+    handed_over: AtomicBool,
+}
+
+/// A managed kernel as one adapter process hands it to the next (`upgrade.rs`).
+pub struct Handover {
+    /// The guard's pid, also the kernel's process group.
+    pub guard: libc::pid_t,
+    pub port: u16,
+    pub token: String,
+    /// The owners pipe's write end, inherited by the new process.
+    pub owners_fd: RawFd,
+}
+
+impl Handover {
+    /// One line: `<guard pid> <port> <owners fd> <token>`.
+    pub fn encode(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.guard, self.port, self.owners_fd, self.token
+        )
+    }
+
+    pub fn decode(text: &str) -> Option<Handover> {
+        let mut words = text.split_whitespace();
+        Some(Handover {
+            guard: words.next()?.parse().ok()?,
+            port: words.next()?.parse().ok()?,
+            owners_fd: words.next()?.parse().ok()?,
+            token: words.next()?.to_string(),
+        })
+    }
 }
 
 impl Kernel {
@@ -67,6 +112,9 @@ impl Kernel {
             start_timeout: config.kernel_start_timeout,
             version: Mutex::new(None),
             relog_output: config.log_format == crate::config::LogFormat::Json,
+            owners: Mutex::new(None),
+            adopted: Mutex::new(None),
+            handed_over: AtomicBool::new(false),
         });
         // The version check runs beside the kernel's start-up (both are Python start-ups); its
         // warning comes before any start-up error, which it may explain.
@@ -104,27 +152,36 @@ impl Kernel {
     }
 
     fn spawn_and_wait(&self) -> Result<(), String> {
-        let mut cmd = Command::new(&self.command[0]);
-        cmd.args(&self.command[1..])
+        let name = self.command.join(" ");
+        // The guard starts the kernel: a command that is not there is said here, as before.
+        if which(&self.command[0]).is_none_or(|p| !p.exists()) {
+            return Err(format!(
+                "cannot start the A2A kernel `{name}`: command not found; {INSTALL_HINT}"
+            ));
+        }
+        let (owners_r, owners_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+        // `/proc/self/exe`: this very binary, even when an upgrade replaced its file.
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.env(GUARD_ENV, "1")
+            .args(&self.command)
             .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--thinking-exposure", "all"])
             .env("IACCODE_A2A_HTTP_TOKEN", &self.token)
-            .stdin(Stdio::null());
+            .stdin(Stdio::from(owners_r));
         if self.relog_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         if std::env::var_os("IACCODE_A2A_ALLOWED_CWDS").is_none() {
             cmd.env("IACCODE_A2A_ALLOWED_CWDS", &self.allowed_cwds);
         }
-        // SAFETY: only async-signal-safe calls between fork and exec.
+        // SAFETY: only async-signal-safe calls between fork and exec. No parent-death signal
+        // for the guard: it outlives this process when an upgrade hands the kernel on.
         unsafe {
             cmd.pre_exec(|| {
                 libc::setpgid(0, 0);
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 Ok(())
             });
         }
-        let name = self.command.join(" ");
         let mut child = cmd.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 format!("cannot start the A2A kernel `{name}`: command not found; {INSTALL_HINT}")
@@ -144,6 +201,7 @@ impl Kernel {
             self.port
         );
         *self.child.lock() = Some(child);
+        *self.owners.lock() = Some(owners_w);
         let health = ureq::Agent::from(
             ureq::Agent::config_builder()
                 .http_status_as_error(false)
@@ -174,6 +232,72 @@ impl Kernel {
         }
     }
 
+    /// A kernel another adapter process started and handed over (`upgrade.rs`): supervised and
+    /// stopped from here on, as if started here; its guard keeps it alive while either process
+    /// owns it.
+    pub fn adopt(config: &Config, handover: Handover) -> Arc<Kernel> {
+        // SAFETY: the old process passed us this write end; ours alone to own.
+        let owners = unsafe { OwnedFd::from_raw_fd(handover.owners_fd) };
+        // SAFETY: fcntl(2) on it: not inherited by the kernels we start.
+        unsafe { libc::fcntl(owners.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        let allowed = std::env::join_paths(&config.allowed_cwds)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        log::info!(
+            "adopted the A2A kernel (guard pid {}) on port {} from the previous process",
+            handover.guard,
+            handover.port
+        );
+        Arc::new(Kernel {
+            command: config.a2a_command.clone(),
+            port: handover.port,
+            token: handover.token,
+            allowed_cwds: allowed,
+            child: Mutex::new(None),
+            stopping: AtomicBool::new(false),
+            start_timeout: config.kernel_start_timeout,
+            version: Mutex::new(None),
+            relog_output: config.log_format == crate::config::LogFormat::Json,
+            owners: Mutex::new(Some(owners)),
+            adopted: Mutex::new(Some(handover.guard)),
+            handed_over: AtomicBool::new(false),
+        })
+    }
+
+    /// What the new process needs to adopt the kernel; from now on this process neither
+    /// restarts nor stops it (until [`Kernel::take_back`]).
+    pub fn hand_over(&self) -> Handover {
+        self.handed_over.store(true, Ordering::SeqCst);
+        let guard = self
+            .adopted
+            .lock()
+            .or_else(|| self.child.lock().as_ref().map(|c| c.id() as libc::pid_t))
+            .unwrap_or(0);
+        Handover {
+            guard,
+            port: self.port,
+            token: self.token.clone(),
+            owners_fd: self.owners.lock().as_ref().map_or(-1, |f| f.as_raw_fd()),
+        }
+    }
+
+    /// The upgrade failed: the kernel is this process's again.
+    pub fn take_back(&self) {
+        self.handed_over.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether the kernel exited (`Some(how)`), for a kernel of ours or an adopted one.
+    fn exited(&self) -> Option<String> {
+        if let Some(pid) = *self.adopted.lock() {
+            return (!process_alive(pid)).then(|| format!("guard pid {pid} gone"));
+        }
+        self.child
+            .lock()
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+            .map(|s| s.to_string())
+    }
+
     /// Restarts the kernel whenever it exits unexpectedly (on this long-lived thread, because the
     /// parent-death signal follows the spawning thread).
     pub fn supervise(self: &Arc<Kernel>) {
@@ -185,13 +309,16 @@ impl Kernel {
                 if kernel.stopping.load(Ordering::SeqCst) {
                     return;
                 }
-                let exited = kernel
-                    .child
-                    .lock()
-                    .as_mut()
-                    .and_then(|c| c.try_wait().ok().flatten());
-                if let Some(status) = exited {
+                if kernel.handed_over.load(Ordering::SeqCst) {
+                    // The new process supervises it; a guard that exits is only reaped here.
+                    if let Some(c) = kernel.child.lock().as_mut() {
+                        let _ = c.try_wait();
+                    }
+                    continue;
+                }
+                if let Some(status) = kernel.exited() {
                     log::error!("the A2A kernel exited ({status}); restarting it");
+                    *kernel.adopted.lock() = None;
                     crate::metrics::kernel_restarted();
                     std::thread::sleep(Duration::from_secs(1));
                     if let Err(e) = kernel.spawn_and_wait() {
@@ -202,26 +329,58 @@ impl Kernel {
             .expect("spawn kernel supervisor");
     }
 
-    /// SIGTERM to the kernel's process group, a bounded grace period, then SIGKILL.
+    /// SIGTERM to the kernel's process group, a bounded grace period, then SIGKILL. A kernel
+    /// handed over to a new process is left to it.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        let Some(mut child) = self.child.lock().take() else {
+        if self.handed_over.load(Ordering::SeqCst) {
             return;
+        }
+        let adopted = self.adopted.lock().take();
+        let mut child = self.child.lock().take();
+        let pgid = match (adopted, &child) {
+            (Some(pid), _) => pid,
+            (None, Some(c)) => c.id() as libc::pid_t,
+            (None, None) => return,
         };
-        let pgid = child.id() as libc::pid_t;
+        let mut gone = || match &mut child {
+            Some(c) => matches!(c.try_wait(), Ok(Some(_))),
+            None => !process_alive(pgid),
+        };
         // SAFETY: plain kill(2) on the group we created.
         unsafe { libc::kill(-pgid, libc::SIGTERM) };
         let deadline = Instant::now() + STOP_GRACE;
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
+            if gone() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         log::warn!("the A2A kernel ignored SIGTERM for {STOP_GRACE:?}; killing it");
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = child.wait();
+        if let Some(c) = &mut child {
+            let _ = c.wait();
+        }
     }
+}
+
+/// Whether `pid` runs (a zombie, exited but not yet reaped by its parent, does not).
+fn process_alive(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2(2) into a local array; both ends are owned right after.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just opened both.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Logs each line of the kernel's `output` at INFO, target `kernel`, until it closes (the

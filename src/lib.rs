@@ -101,3 +101,4 @@ pub mod testing;
 pub mod threadfeed;
 #[doc(hidden)]
 pub mod untrusted;
+pub mod upgrade;

@@ -13,6 +13,7 @@ mod cursor;
 mod doc;
 mod index;
 mod list;
+mod owner;
 mod scan;
 mod used;
 
@@ -21,6 +22,7 @@ use crate::ids;
 pub(crate) use doc::{AppliedDigest, Execution, Pending, Recorded, ThreadDoc};
 use index::ThreadIndex;
 pub(crate) use list::parse_limit;
+pub(crate) use owner::this_process;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -432,6 +434,7 @@ mod tests {
                 text_snapshot_digests: Vec::new(),
                 run_mode: Recorded::Absent,
                 pipeline_name: Recorded::Absent,
+                owner: None,
             });
             doc.applied_resume_digests.push(AppliedDigest {
                 digest: "d".into(),

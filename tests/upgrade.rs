@@ -1,0 +1,293 @@
+//! Upgrading the adapter under live runs (SIGUSR2, src/upgrade.rs): the new process takes the
+//! listening socket, the old one drains. Streams in flight end exactly as an uninterrupted run,
+//! approvals pending across the upgrade are answered by the new process, no turn is refused,
+//! and a thread still streaming in the old process is busy in the new one, not repaired.
+
+use fake_kernel::FakeKernel;
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use test_support::*;
+
+const STREAMS: usize = 50;
+const APPROVALS: usize = 20;
+/// 50 numbered items 100 ms apart: a stream that lasts 5 s, across the handover.
+const PACED: &str = "scenario:paced-50";
+
+/// The new process, killed when the test ends (it is not the test's child).
+struct Successor(u32);
+
+impl Drop for Successor {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the pid the adapter's log named.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+    }
+}
+
+/// The number after `prefix` in the log, once it is there (10 s).
+fn logged_number(a: &Adapter, prefix: &str) -> u64 {
+    let mut found = None;
+    eventually(10, || {
+        found = a.logs().split(prefix).nth(1).and_then(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        });
+        found.is_some()
+    });
+    found.unwrap_or_else(|| panic!("no {prefix:?} in the log:\n{}", a.logs()))
+}
+
+/// The events without what differs between two runs of the script (ids, times, the thread's
+/// name echoed in `RUN_STARTED.input`).
+fn comparable(events: &[Value]) -> Vec<Value> {
+    let mut events = without_ids(events, &task_of(events));
+    if let Some(input) = events.first_mut().and_then(|e| e.get_mut("input")) {
+        input["threadId"] = "$id".into();
+    }
+    events
+}
+
+fn task_of(events: &[Value]) -> String {
+    events
+        .iter()
+        .find(|e| e["type"] == "CUSTOM" && e["name"] == "iac-code.session.v1")
+        .and_then(|e| e["value"]["taskId"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn an_upgrade_under_load_loses_no_stream_no_approval_and_refuses_no_turn() {
+    let k = FakeKernel::start();
+    let mut a = Adapter::start_args(&k.url, &["--drain-timeout", "60"]);
+    let baseline = a.run(&a.request("t-baseline", "r1", PACED));
+    assert_eq!(baseline.last()["outcome"]["type"], "success");
+    let expected = comparable(&baseline.events);
+
+    let approvals: Vec<Value> = (0..APPROVALS)
+        .map(|i| a.interrupted(&format!("t-wait-{i}")).1)
+        .collect();
+    let streams: Vec<_> = (0..STREAMS)
+        .map(|i| {
+            let (url, body) = (
+                a.url.clone(),
+                a.request(&format!("t-live-{i}"), "r1", PACED),
+            );
+            std::thread::spawn(move || post_run(&url, &body, &[]))
+        })
+        .collect();
+    for i in 0..STREAMS {
+        a.wait_task(&format!("t-live-{i}"));
+    }
+
+    // New turns all along the handover, each on a thread of its own: none may be refused.
+    let done = Arc::new(AtomicBool::new(false));
+    let (turns, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let prober = {
+        let (done, turns, refused) = (done.clone(), turns.clone(), refused.clone());
+        let (url, cwd) = (a.url.clone(), a.cwd());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let n = turns.fetch_add(1, Ordering::SeqCst);
+                let body = serde_json::json!({"threadId": format!("t-probe-{n}"), "runId": "r1",
+                    "state": {}, "tools": [], "context": [],
+                    "messages": [{"id": "m", "role": "user", "content": "hi"}],
+                    "forwardedProps": {"iacCode": {"schemaVersion": 1,
+                        "rosInvocationId": "invocation-1", "cwd": cwd}}});
+                let r = post_run(&url, &body, &[]);
+                if r.status != 200 || r.last()["outcome"]["type"] != "success" {
+                    eprintln!("turn {n} refused or failed: {} {:?}", r.status, r.json);
+                    refused.fetch_add(1, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+
+    let signalled = Instant::now();
+    a.signal(libc::SIGUSR2);
+    let new_pid = logged_number(&a, "upgrade: started pid ");
+    let _successor = Successor(new_pid as u32);
+    let new_pid = logged_number(&a, "upgrade: pid ");
+    let handover = signalled.elapsed();
+    assert!(
+        a.logs().contains("stops accepting and drains"),
+        "{}",
+        a.logs()
+    );
+    std::thread::sleep(Duration::from_millis(400));
+
+    // The old process still streams t-live-0: busy in the new one, and not repaired there.
+    let r = a.run(&a.request("t-live-0", "r2", "hi"));
+    assert_eq!(
+        (r.status, r.error_code()),
+        (409, "THREAD_BUSY"),
+        "{:?}",
+        r.json
+    );
+
+    // Half of the approvals answered while the old process drains, by the new one.
+    for (i, interrupt) in approvals.iter().enumerate().take(APPROVALS / 2) {
+        let r = a.run(&a.resume_request(&format!("t-wait-{i}"), "r2", allow(&interrupt["id"])));
+        assert_eq!(
+            r.last()["outcome"]["type"],
+            "success",
+            "approval {i}: {:?}",
+            r.last()
+        );
+    }
+
+    for (i, s) in streams.into_iter().enumerate() {
+        let r = s.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            comparable(&r.events),
+            expected,
+            "stream {i} differs from an uninterrupted run"
+        );
+    }
+    let drained = a.wait_exit(Duration::from_secs(30));
+    let drain = signalled.elapsed();
+    assert!(
+        drained.is_some_and(|s| s.success()),
+        "old process: {drained:?}"
+    );
+    done.store(true, Ordering::SeqCst);
+    prober.join().unwrap();
+
+    // Only the new process is left: the other half of the approvals, and the drained thread.
+    for (i, interrupt) in approvals.iter().enumerate().skip(APPROVALS / 2) {
+        let r = a.run(&a.resume_request(&format!("t-wait-{i}"), "r2", allow(&interrupt["id"])));
+        assert_eq!(
+            r.last()["outcome"]["type"],
+            "success",
+            "approval {i}: {:?}",
+            r.last()
+        );
+    }
+    a.assert_turn_succeeds("t-live-0", "r3");
+    assert_eq!(
+        a.state_file("t-live-0")["execution"]["owner"]
+            .as_str()
+            .map(|o| o.starts_with(&format!("{new_pid}:"))),
+        Some(true)
+    );
+    assert_eq!(
+        refused.load(Ordering::SeqCst),
+        0,
+        "turns refused during the upgrade"
+    );
+    eprintln!(
+        "upgrade: handed over in {handover:?}, old process drained and exited after {drain:?}; \
+         {} turns during it, {} refused",
+        turns.load(Ordering::SeqCst),
+        refused.load(Ordering::SeqCst)
+    );
+}
+
+fn fake_kernel_bin() -> std::path::PathBuf {
+    adapter_bin().parent().unwrap().join("examples/fake-kernel")
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.split(") ").nth(1).unwrap_or("").starts_with('Z'))
+}
+
+/// The kernel the guard `guard` started (its only child).
+fn kernel_under(guard: u32) -> u32 {
+    let children =
+        std::fs::read_to_string(format!("/proc/{guard}/task/{guard}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("guard {guard} has no kernel"))
+}
+
+#[test]
+fn an_upgrade_hands_the_managed_kernel_over_and_the_new_process_owns_it() {
+    let root = temp_dir("upgrade-managed");
+    let (log, port) = (root.join("log"), free_port());
+    let cwd = root.to_string_lossy().into_owned();
+    let mut old = std::process::Command::new(adapter_bin())
+        .args(["--port", &port.to_string(), "--drain-timeout", "60"])
+        .args(["--state-dir", root.join("state").to_str().unwrap()])
+        .args(["--a2a-command", fake_kernel_bin().to_str().unwrap()])
+        .env("IAC_CODE_AGUI_ALLOWED_CWDS", &cwd)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    wait_health(&url);
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let number_after = |prefix: &str| -> Option<u32> {
+        let rest = logs().split(prefix).nth(1)?.to_string();
+        rest.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok()
+    };
+    let guard = number_after("(pid ").expect("kernel start logged");
+    let kernel = kernel_under(guard);
+    let turn = |thread: &str, run: &str, text: &str, resume: Option<Value>| {
+        let mut body = serde_json::json!({"threadId": thread, "runId": run, "state": {},
+            "tools": [], "context": [],
+            "messages": [{"id": format!("m-{run}"), "role": "user", "content": text}],
+            "forwardedProps": {"iacCode": {"schemaVersion": 1, "rosInvocationId": "i", "cwd": cwd}}});
+        if let Some(resume) = resume {
+            body["messages"] = serde_json::json!([]);
+            body["resume"] = resume;
+        }
+        post_run(&url, &body, &[])
+    };
+    let waiting = turn("t-wait", "r1", "scenario:permission", None).interrupts()[0].clone();
+    let streaming = {
+        std::thread::scope(|s| {
+            let h = s.spawn(move || turn("t-live", "r1", "scenario:paced-30", None));
+            std::thread::sleep(Duration::from_millis(500));
+            // SAFETY: kill(2) on our child.
+            unsafe { libc::kill(old.id() as libc::pid_t, libc::SIGUSR2) };
+            h.join().unwrap()
+        })
+    };
+    assert_eq!(
+        streaming.last()["outcome"]["type"],
+        "success",
+        "{:?}",
+        streaming.last()
+    );
+    assert!(
+        eventually(30, || matches!(old.try_wait(), Ok(Some(_)))),
+        "old process still runs"
+    );
+    let new = Successor(number_after("upgrade: started pid ").expect("new process logged"));
+    assert!(
+        logs().contains(&format!("adopted the A2A kernel (guard pid {guard})")),
+        "{}",
+        logs()
+    );
+    assert_eq!(
+        logs().matches("started A2A kernel").count(),
+        1,
+        "a second kernel: {}",
+        logs()
+    );
+    assert!(
+        alive(guard) && alive(kernel),
+        "the kernel did not outlive the old process"
+    );
+    let r = turn("t-wait", "r2", "", Some(allow(&waiting["id"])));
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+
+    // The new process owns it now: SIGKILLed, it leaves no kernel behind either.
+    // SAFETY: kill(2) on the pid the log named.
+    unsafe { libc::kill(new.0 as libc::pid_t, libc::SIGKILL) };
+    assert!(
+        eventually(15, || !alive(guard) && !alive(kernel)),
+        "kernel {kernel} orphaned"
+    );
+}
