@@ -62,6 +62,8 @@ pub struct Kernel {
     /// Set while an upgrade hands the kernel to the new process: this one neither restarts nor
     /// stops it any more.
     handed_over: AtomicBool,
+    /// Set while [`Kernel::restart`] replaces the kernel: the supervisor leaves it alone.
+    restarting: AtomicBool,
 }
 
 /// A managed kernel as one adapter process hands it to the next (`upgrade.rs`).
@@ -115,6 +117,7 @@ impl Kernel {
             owners: Mutex::new(None),
             adopted: Mutex::new(None),
             handed_over: AtomicBool::new(false),
+            restarting: AtomicBool::new(false),
         });
         // The version check runs beside the kernel's start-up (both are Python start-ups); its
         // warning comes before any start-up error, which it may explain.
@@ -195,11 +198,13 @@ impl Kernel {
         if let Some(err) = child.stderr.take() {
             relog(err);
         }
+        let guard = child.id();
         log::info!(
             "started A2A kernel `{name}` (pid {}) on port {}",
-            child.id(),
+            kernel_under(guard).unwrap_or(guard),
             self.port
         );
+        log::info!("A2A kernel guard: pid {guard}");
         *self.child.lock() = Some(child);
         *self.owners.lock() = Some(owners_w);
         let health = ureq::Agent::from(
@@ -261,6 +266,7 @@ impl Kernel {
             owners: Mutex::new(Some(owners)),
             adopted: Mutex::new(Some(handover.guard)),
             handed_over: AtomicBool::new(false),
+            restarting: AtomicBool::new(false),
         })
     }
 
@@ -309,6 +315,9 @@ impl Kernel {
                 if kernel.stopping.load(Ordering::SeqCst) {
                     return;
                 }
+                if kernel.restarting.load(Ordering::SeqCst) {
+                    continue;
+                }
                 if kernel.handed_over.load(Ordering::SeqCst) {
                     // The new process supervises it; a guard that exits is only reaped here.
                     if let Some(c) = kernel.child.lock().as_mut() {
@@ -336,6 +345,21 @@ impl Kernel {
         if self.handed_over.load(Ordering::SeqCst) {
             return;
         }
+        self.terminate();
+    }
+
+    /// Stops the kernel and starts it again on the same port with the same token (a kernel
+    /// drain, `kernel_drain.rs`: no turn is running on it then). The kernel takes its state
+    /// from its persistence dir, input-required tasks included.
+    pub fn restart(&self) -> Result<(), String> {
+        self.restarting.store(true, Ordering::SeqCst);
+        self.terminate();
+        let started = self.spawn_and_wait();
+        self.restarting.store(false, Ordering::SeqCst);
+        started
+    }
+
+    fn terminate(&self) {
         let adopted = self.adopted.lock().take();
         let mut child = self.child.lock().take();
         let pgid = match (adopted, &child) {
@@ -361,6 +385,21 @@ impl Kernel {
         if let Some(c) = &mut child {
             let _ = c.wait();
         }
+    }
+}
+
+/// The kernel the guard `guard` started (its one child), once it appears (1 s at most).
+fn kernel_under(guard: u32) -> Option<u32> {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{guard}/task/{guard}/children"));
+        let first = children
+            .ok()
+            .and_then(|c| c.split_whitespace().next()?.parse().ok());
+        if first.is_some() || Instant::now() > deadline {
+            return first;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

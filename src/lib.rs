@@ -83,6 +83,7 @@ pub(crate) mod ids;
 pub mod input;
 pub(crate) mod interrupts;
 pub mod kernel;
+pub mod kernel_drain;
 pub(crate) mod lang;
 pub mod logctx;
 pub mod memory;

@@ -9,6 +9,7 @@ use iac_code_agui::feed::Feeds;
 use iac_code_agui::history::History;
 use iac_code_agui::http;
 use iac_code_agui::kernel::{self, Kernel};
+use iac_code_agui::kernel_drain;
 use iac_code_agui::logctx;
 use iac_code_agui::run;
 use iac_code_agui::store::Store;
@@ -39,9 +40,21 @@ fn main() {
     let app = build_app(config, &kernel, draining);
     serve(&app, &server);
     inherited.announce_ready();
-    while let Wake::Upgrade = wait_for_stop_or_idle(&app) {
-        if upgrade_and_drain(&app, listen_fd, &kernel) {
-            return;
+    loop {
+        match wait_for_stop_or_idle(&app) {
+            Wake::Upgrade => {
+                if upgrade_and_drain(&app, listen_fd, &kernel) {
+                    return;
+                }
+            }
+            Wake::KernelDrain => {
+                let signals = kernel_drain::Signals {
+                    stop: &|| STOP.load(Ordering::SeqCst),
+                    again: &|| KERNEL_DRAIN.swap(false, Ordering::SeqCst),
+                };
+                kernel_drain::drain_kernel(&app, kernel.managed.as_ref(), &signals);
+            }
+            Wake::Stop => break,
         }
     }
     shut_down(&app, kernel);
@@ -108,6 +121,8 @@ fn init_logging(config: &Config) {
 static STOP: AtomicBool = AtomicBool::new(false);
 /// Set by SIGUSR2: replace this process by the binary now at its path (`upgrade.rs`).
 static UPGRADE: AtomicBool = AtomicBool::new(false);
+/// Set by SIGHUP: drain, then restart the kernel or wait for it (`kernel_drain.rs`).
+static KERNEL_DRAIN: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
@@ -117,14 +132,22 @@ extern "C" fn on_upgrade(_: libc::c_int) {
     UPGRADE.store(true, Ordering::SeqCst);
 }
 
-/// SIGINT and SIGTERM ask for a graceful stop (`STOP`), SIGUSR2 for an upgrade; a client gone
-/// mid-write is an error on the write, not a SIGPIPE.
+extern "C" fn on_kernel_drain(_: libc::c_int) {
+    KERNEL_DRAIN.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM ask for a graceful stop (`STOP`), SIGUSR2 for an upgrade, SIGHUP for a
+/// kernel drain; a client gone mid-write is an error on the write, not a SIGPIPE.
 fn install_signal_handlers() {
     // SAFETY: the handlers only store to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGUSR2, on_upgrade as *const () as libc::sighandler_t);
+        libc::signal(
+            libc::SIGHUP,
+            on_kernel_drain as *const () as libc::sighandler_t,
+        );
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
 }
@@ -416,9 +439,11 @@ enum Wake {
     Stop,
     /// SIGUSR2.
     Upgrade,
+    /// SIGHUP.
+    KernelDrain,
 }
 
-/// Returns on SIGINT/SIGTERM, SIGUSR2, or once no run has been active for `--idle-shutdown`
+/// Returns on SIGINT/SIGTERM, SIGUSR2, SIGHUP, or once no run has been active for `--idle-shutdown`
 /// (when set).
 fn wait_for_stop_or_idle(app: &App) -> Wake {
     let mut idle_since = Instant::now();
@@ -426,6 +451,9 @@ fn wait_for_stop_or_idle(app: &App) -> Wake {
         std::thread::sleep(Duration::from_millis(50));
         if UPGRADE.swap(false, Ordering::SeqCst) {
             return Wake::Upgrade;
+        }
+        if KERNEL_DRAIN.swap(false, Ordering::SeqCst) {
+            return Wake::KernelDrain;
         }
         if app.store.active_runs() > 0 {
             idle_since = Instant::now();

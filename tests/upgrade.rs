@@ -231,8 +231,13 @@ fn an_upgrade_hands_the_managed_kernel_over_and_the_new_process_owns_it() {
             .parse()
             .ok()
     };
-    let guard = number_after("(pid ").expect("kernel start logged");
+    let guard = number_after("A2A kernel guard: pid ").expect("kernel start logged");
     let kernel = kernel_under(guard);
+    assert_eq!(
+        number_after("(pid "),
+        Some(kernel),
+        "the log names the kernel itself"
+    );
     let turn = |thread: &str, run: &str, text: &str, resume: Option<Value>| {
         let mut body = serde_json::json!({"threadId": thread, "runId": run, "state": {},
             "tools": [], "context": [],

@@ -62,6 +62,9 @@ fn admit_locked(
     if app.runs.stopping() {
         return Err(shutting_down());
     }
+    if app.runs.paused() {
+        return Err(Msg::KernelRestarting.err());
+    }
     if let Some(active) = &guard.active {
         if app.feeds.detached(&active.execution_id) {
             return Err(Msg::ThreadDetached.err());
