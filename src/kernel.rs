@@ -12,8 +12,10 @@
 //! to the new adapter process ([`Kernel::hand_over`], [`Kernel::adopt`]).
 
 mod guard;
+mod handover;
 
 pub use guard::{guard_main, GUARD_ENV};
+pub use handover::Handover;
 
 use crate::config::Config;
 use base64::Engine;
@@ -64,36 +66,6 @@ pub struct Kernel {
     handed_over: AtomicBool,
     /// Set while [`Kernel::restart`] replaces the kernel: the supervisor leaves it alone.
     restarting: AtomicBool,
-}
-
-/// A managed kernel as one adapter process hands it to the next (`upgrade.rs`).
-pub struct Handover {
-    /// The guard's pid, also the kernel's process group.
-    pub guard: libc::pid_t,
-    pub port: u16,
-    pub token: String,
-    /// The owners pipe's write end, inherited by the new process.
-    pub owners_fd: RawFd,
-}
-
-impl Handover {
-    /// One line: `<guard pid> <port> <owners fd> <token>`.
-    pub fn encode(&self) -> String {
-        format!(
-            "{} {} {} {}",
-            self.guard, self.port, self.owners_fd, self.token
-        )
-    }
-
-    pub fn decode(text: &str) -> Option<Handover> {
-        let mut words = text.split_whitespace();
-        Some(Handover {
-            guard: words.next()?.parse().ok()?,
-            port: words.next()?.parse().ok()?,
-            owners_fd: words.next()?.parse().ok()?,
-            token: words.next()?.to_string(),
-        })
-    }
 }
 
 impl Kernel {
@@ -207,6 +179,11 @@ impl Kernel {
         log::info!("A2A kernel guard: pid {guard}");
         *self.child.lock() = Some(child);
         *self.owners.lock() = Some(owners_w);
+        self.wait_healthy(&name)
+    }
+
+    /// Waits for the kernel's `/health`, bounded by `--kernel-start-timeout`.
+    fn wait_healthy(&self, name: &str) -> Result<(), String> {
         let health = ureq::Agent::from(
             ureq::Agent::config_builder()
                 .http_status_as_error(false)
@@ -235,61 +212,6 @@ impl Kernel {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-    }
-
-    /// A kernel another adapter process started and handed over (`upgrade.rs`): supervised and
-    /// stopped from here on, as if started here; its guard keeps it alive while either process
-    /// owns it.
-    pub fn adopt(config: &Config, handover: Handover) -> Arc<Kernel> {
-        // SAFETY: the old process passed us this write end; ours alone to own.
-        let owners = unsafe { OwnedFd::from_raw_fd(handover.owners_fd) };
-        // SAFETY: fcntl(2) on it: not inherited by the kernels we start.
-        unsafe { libc::fcntl(owners.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-        let allowed = std::env::join_paths(&config.allowed_cwds)
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        log::info!(
-            "adopted the A2A kernel (guard pid {}) on port {} from the previous process",
-            handover.guard,
-            handover.port
-        );
-        Arc::new(Kernel {
-            command: config.a2a_command.clone(),
-            port: handover.port,
-            token: handover.token,
-            allowed_cwds: allowed,
-            child: Mutex::new(None),
-            stopping: AtomicBool::new(false),
-            start_timeout: config.kernel_start_timeout,
-            version: Mutex::new(None),
-            relog_output: config.log_format == crate::config::LogFormat::Json,
-            owners: Mutex::new(Some(owners)),
-            adopted: Mutex::new(Some(handover.guard)),
-            handed_over: AtomicBool::new(false),
-            restarting: AtomicBool::new(false),
-        })
-    }
-
-    /// What the new process needs to adopt the kernel; from now on this process neither
-    /// restarts nor stops it (until [`Kernel::take_back`]).
-    pub fn hand_over(&self) -> Handover {
-        self.handed_over.store(true, Ordering::SeqCst);
-        let guard = self
-            .adopted
-            .lock()
-            .or_else(|| self.child.lock().as_ref().map(|c| c.id() as libc::pid_t))
-            .unwrap_or(0);
-        Handover {
-            guard,
-            port: self.port,
-            token: self.token.clone(),
-            owners_fd: self.owners.lock().as_ref().map_or(-1, |f| f.as_raw_fd()),
-        }
-    }
-
-    /// The upgrade failed: the kernel is this process's again.
-    pub fn take_back(&self) {
-        self.handed_over.store(false, Ordering::SeqCst);
     }
 
     /// Whether the kernel exited (`Some(how)`), for a kernel of ours or an adopted one.
