@@ -79,13 +79,36 @@ pub fn take_inherited() -> Inherited {
 }
 
 impl Inherited {
-    /// Tells the old process that this one serves: it stops accepting and drains.
+    /// Tells the old process that this one serves: it stops accepting and drains. Under systemd
+    /// (`Type=notify`, `NotifyAccess=all`), also tells systemd that this process is the service's
+    /// main one now, so the old one's exit does not end the service.
     pub fn announce_ready(&mut self) {
+        if let Some(socket) = std::env::var_os("NOTIFY_SOCKET") {
+            let message = format!("READY=1\nMAINPID={}\n", std::process::id());
+            if let Err(e) = notify_systemd(&socket, &message) {
+                log::warn!("cannot notify systemd: {e}");
+            }
+        }
         if let Some(fd) = self.ready.take() {
             let _ = std::fs::File::from(fd).write_all(b"R");
             log::info!("serving: the previous process drains its runs and exits");
         }
     }
+}
+
+/// One datagram to systemd's notification socket (a path, or `@name` in the abstract
+/// namespace), as sd_notify(3) sends it.
+fn notify_systemd(socket: &std::ffi::OsStr, message: &str) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let bytes = socket.as_bytes();
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name)?,
+        None => SocketAddr::from_pathname(std::path::Path::new(socket))?,
+    };
+    UnixDatagram::unbound()?.send_to_addr(message.as_bytes(), &addr)?;
+    Ok(())
 }
 
 /// Starts the new process on the same listener (and kernel) and waits until it serves. `Err`:
@@ -212,4 +235,30 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
 fn set_cloexec(fd: RawFd) {
     // SAFETY: fcntl(2) on a descriptor we own.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn systemd_hears_the_new_main_pid_on_a_path_or_an_abstract_socket() {
+        let dir = std::env::temp_dir().join(format!("agui-notify-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("notify");
+        let server = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        notify_systemd(path.as_os_str(), "READY=1\nMAINPID=42\n").unwrap();
+        let mut buf = [0u8; 64];
+        let n = server.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1\nMAINPID=42\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("agui-notify-test-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let server = std::os::unix::net::UnixDatagram::bind_addr(&addr).unwrap();
+        notify_systemd(std::ffi::OsStr::new(&format!("@{name}")), "READY=1\n").unwrap();
+        let n = server.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1\n");
+    }
 }
