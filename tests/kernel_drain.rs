@@ -112,6 +112,12 @@ fn drain_across_a_streaming_turn(
 fn a_kernel_drain_restarts_the_managed_kernel_after_the_running_turns_finish() {
     let fake = fake_kernel_bin();
     let (mut a, url, log, cwd) = start("drain-managed", &["--a2a-command", fake.to_str().unwrap()]);
+    let waiting = post_run(
+        &url,
+        &turn_body("t-wait", "r1", "scenario:permission", &cwd),
+        &[],
+    );
+    let interrupt = waiting.interrupts()[0].clone();
     let took = drain_across_a_streaming_turn(&a, &url, &log, &cwd, || {});
     assert_eq!(
         logs(&log).matches("started A2A kernel").count(),
@@ -121,6 +127,22 @@ fn a_kernel_drain_restarts_the_managed_kernel_after_the_running_turns_finish() {
     );
     let r = post_run(&url, &turn_body("t-after", "r1", "hi", &cwd), &[]);
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    // The fake kernel forgets its tasks when it restarts (the real one restores input-required
+    // ones): the approval is then lost loudly, never answered by a fresh conversation.
+    let mut resume = turn_body("t-wait", "r2", "", &cwd);
+    resume["messages"] = json!([]);
+    resume["resume"] = allow(&interrupt["id"]);
+    let r = post_run(&url, &resume, &[]);
+    assert_eq!(r.last()["type"], "RUN_ERROR", "{:?}", r.events);
+    assert!(
+        !r.types().iter().any(|t| t.starts_with("TEXT_MESSAGE")),
+        "{:?}",
+        r.events
+    );
+    eprintln!(
+        "an approval the restarted fake kernel forgot: RUN_ERROR {}",
+        r.error_code()
+    );
     eprintln!("kernel drain (managed): turns admitted again {took:?} after SIGHUP");
     let _ = a.kill();
     let _ = a.wait();

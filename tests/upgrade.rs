@@ -178,9 +178,15 @@ fn an_upgrade_under_load_loses_no_stream_no_approval_and_refuses_no_turn() {
         0,
         "turns refused during the upgrade"
     );
+    let served = a
+        .logs()
+        .split("serves after ")
+        .nth(1)
+        .and_then(|r| r.split(';').next().map(String::from));
     eprintln!(
-        "upgrade: handed over in {handover:?}, old process drained and exited after {drain:?}; \
-         {} turns during it, {} refused",
+        "upgrade: the new process served after {served:?} ({handover:?} from SIGUSR2 to the log \
+         line, seen by the test); old process drained and exited after {drain:?}; {} turns \
+         during it, {} refused",
         turns.load(Ordering::SeqCst),
         refused.load(Ordering::SeqCst)
     );
@@ -285,6 +291,11 @@ fn an_upgrade_hands_the_managed_kernel_over_and_the_new_process_owns_it() {
         alive(guard) && alive(kernel),
         "the kernel did not outlive the old process"
     );
+    let took = logs()
+        .split("serves after ")
+        .nth(1)
+        .and_then(|r| r.split(';').next().map(String::from));
+    eprintln!("upgrade with a managed kernel: the new process served after {took:?}");
     let r = turn("t-wait", "r2", "", Some(allow(&waiting["id"])));
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
 
