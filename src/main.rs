@@ -39,6 +39,7 @@ fn main() {
     let kernel = reach_kernel(&config, &mut inherited);
     let app = build_app(config, &kernel, draining);
     serve(&app, &server);
+    inherited.index_what_the_old_process_wrote(&app);
     inherited.announce_ready();
     loop {
         match wait_for_stop_or_idle(&app) {

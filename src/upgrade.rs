@@ -79,6 +79,33 @@ pub fn take_inherited() -> Inherited {
 }
 
 impl Inherited {
+    /// Whether an upgrade started this process.
+    pub fn from_upgrade(&self) -> bool {
+        self.ready.is_some()
+    }
+
+    /// Once the old process exited (this one is re-parented), adds to the thread index what it
+    /// wrote while it drained: this process's index was built from its start-up scan and its
+    /// own writes.
+    pub fn index_what_the_old_process_wrote(&self, app: &Arc<App>) {
+        if !self.from_upgrade() {
+            return;
+        }
+        let (old, since) = (std::os::unix::process::parent_id(), crate::ids::now_ms());
+        let app = app.clone();
+        let watched = std::thread::Builder::new()
+            .name("upgrade-watch".into())
+            .spawn(move || {
+                while std::os::unix::process::parent_id() == old {
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                app.store.rescan_since(since.saturating_sub(1000));
+            });
+        if let Err(e) = watched {
+            log::warn!("cannot watch the previous process: {e}");
+        }
+    }
+
     /// Tells the old process that this one serves: it stops accepting and drains. Under systemd
     /// (`Type=notify`, `NotifyAccess=all`), also tells systemd that this process is the service's
     /// main one now, so the old one's exit does not end the service.

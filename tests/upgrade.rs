@@ -307,3 +307,67 @@ fn an_upgrade_hands_the_managed_kernel_over_and_the_new_process_owns_it() {
         "kernel {kernel} orphaned"
     );
 }
+
+#[test]
+fn a_thread_begun_in_the_draining_process_is_listed_by_the_new_one() {
+    use std::io::Write;
+    use test_support::raw::{connect, head, read_response, read_until, run_request};
+    let k = FakeKernel::start();
+    let mut a = Adapter::start_args(&k.url, &["--drain-timeout", "30"]);
+    // A keep-alive connection the old process accepted before the upgrade.
+    let mut s = connect(&a.url);
+    s.write_all(&head("GET", "/health", &[])).unwrap();
+    assert_eq!(read_response(&mut s).unwrap().unwrap().status, 200);
+    // A turn streaming in the old process keeps it draining for 3 s.
+    let streaming = {
+        let (url, body) = (
+            a.url.clone(),
+            a.request("t-paced", "r1", "scenario:paced-30"),
+        );
+        std::thread::spawn(move || post_run(&url, &body, &[]))
+    };
+    a.wait_task("t-paced");
+    let old = a.pid();
+    a.signal(libc::SIGUSR2);
+    let _successor = Successor(logged_number(&a, "upgrade: started pid ") as u32);
+    logged_number(&a, "upgrade: pid ");
+    // A turn on that connection, after the handover: the draining process serves it.
+    let mut body = a.request("t-drained", "r1", "hi");
+    body["forwardedProps"]["iacCode"]["userId"] = "u-drained".into();
+    s.write_all(&run_request(&serde_json::to_vec(&body).unwrap(), &[]))
+        .unwrap();
+    if let Err(got) = read_until(&mut s, b"RUN_FINISHED", Duration::from_secs(10)) {
+        panic!("the turn did not end: {}", String::from_utf8_lossy(&got));
+    }
+    let owner = a.state_file("t-drained")["execution"]["owner"].clone();
+    assert!(
+        owner
+            .as_str()
+            .is_some_and(|o| o.starts_with(&format!("{old}:"))),
+        "{owner}"
+    );
+    drop(s);
+    assert_eq!(
+        streaming.join().unwrap().last()["outcome"]["type"],
+        "success"
+    );
+    assert!(
+        a.wait_exit(Duration::from_secs(30)).is_some(),
+        "old process still runs"
+    );
+    let list = format!("{}/extensions/iac-code/v1/threads?userId=u-drained", a.url);
+    let listed = || {
+        let text = agent()
+            .get(&list)
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        text.contains("\"t-drained\"")
+    };
+    assert!(
+        eventually(5, listed),
+        "the new process does not list the thread"
+    );
+}

@@ -95,6 +95,12 @@ impl Store {
         });
     }
 
+    /// Adds to the thread index the threads written since `since_ms` by another process (an
+    /// upgrade's old one, while it drained), in the background.
+    pub fn rescan_since(&self, since_ms: u64) {
+        scan::rescan_in_background(self.dir.clone(), self.index.clone(), since_ms);
+    }
+
     pub(crate) fn path_of(&self, thread_id: &str) -> PathBuf {
         self.dir
             .join(format!("{}.json", ids::thread_key(thread_id)))
