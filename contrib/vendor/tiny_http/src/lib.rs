@@ -438,6 +438,9 @@ impl Server {
                         }
                     };
                     let _ = sock.set_write_timeout(limits.write_timeout.filter(|t| !t.is_zero()));
+                    // an accepted socket inherits the listener's SO_RCVTIMEO (see `draining`);
+                    // its reads get their own timeouts
+                    let _ = sock.set_read_timeout(None);
 
                     use util::{ConnCtl, RefinedTcpStream};
                     let (read_closable, write_closable, ctl) = match ssl {
