@@ -66,6 +66,9 @@ pub struct Kernel {
     handed_over: AtomicBool,
     /// Set while [`Kernel::restart`] replaces the kernel: the supervisor leaves it alone.
     restarting: AtomicBool,
+    /// With `relog_output`, copies of the read ends of the kernel's stdout and stderr pipes, for
+    /// an upgrade to hand over (the new process re-logs them once this one is gone).
+    outputs: Mutex<Vec<OwnedFd>>,
 }
 
 impl Kernel {
@@ -90,6 +93,7 @@ impl Kernel {
             adopted: Mutex::new(None),
             handed_over: AtomicBool::new(false),
             restarting: AtomicBool::new(false),
+            outputs: Mutex::new(Vec::new()),
         });
         // The version check runs beside the kernel's start-up (both are Python start-ups); its
         // warning comes before any start-up error, which it may explain.
@@ -164,12 +168,11 @@ impl Kernel {
                 format!("cannot start the A2A kernel `{name}`: {e}; {INSTALL_HINT}")
             }
         })?;
-        if let Some(out) = child.stdout.take() {
-            relog(out);
-        }
-        if let Some(err) = child.stderr.take() {
-            relog(err);
-        }
+        let outputs = [
+            child.stdout.take().map(OwnedFd::from),
+            child.stderr.take().map(OwnedFd::from),
+        ];
+        self.relog_all(outputs.into_iter().flatten().collect());
         let guard = child.id();
         log::info!(
             "started A2A kernel `{name}` (pid {}) on port {}",
@@ -342,6 +345,20 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: pipe2 just opened both.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl Kernel {
+    /// Re-logs each of the kernel's output pipes, keeping a copy of each for an upgrade.
+    fn relog_all(&self, pipes: Vec<OwnedFd>) {
+        let mut kept = self.outputs.lock();
+        kept.clear();
+        for pipe in pipes {
+            if let Ok(copy) = pipe.try_clone() {
+                kept.push(copy);
+            }
+            relog(std::fs::File::from(pipe));
+        }
+    }
 }
 
 /// Logs each line of the kernel's `output` at INFO, target `kernel`, until it closes (the

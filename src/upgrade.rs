@@ -156,6 +156,7 @@ pub fn hand_over(listener: RawFd, kernel: Option<&Arc<Kernel>>) -> Result<u32, S
             .write_all(handover.encode().as_bytes())
             .map_err(|e| format!("cannot pass the kernel on: {e}"))?;
         inherit.extend([r.as_raw_fd(), handover.owners_fd]);
+        inherit.extend(&handover.outputs);
         cmd.env(KERNEL_FD, r.as_raw_fd().to_string());
         kernel_pipe = Some(r);
     }

@@ -222,6 +222,8 @@ fn an_upgrade_hands_the_managed_kernel_over_and_the_new_process_owns_it() {
         .args(["--port", &port.to_string(), "--drain-timeout", "60"])
         .args(["--state-dir", root.join("state").to_str().unwrap()])
         .args(["--a2a-command", fake_kernel_bin().to_str().unwrap()])
+        // The kernel's output re-logged: its pipes are handed over too.
+        .args(["--log-format", "json"])
         .env("IAC_CODE_AGUI_ALLOWED_CWDS", &cwd)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -290,6 +292,16 @@ fn an_upgrade_hands_the_managed_kernel_over_and_the_new_process_owns_it() {
     assert!(
         alive(guard) && alive(kernel),
         "the kernel did not outlive the old process"
+    );
+    // With `--log-format json` the kernel's output is re-logged: the new process reads it now.
+    let stdout = std::fs::read_link(format!("/proc/{kernel}/fd/1")).unwrap();
+    let readers = std::fs::read_dir(format!("/proc/{}/fd", new.0)).unwrap();
+    assert!(
+        readers
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == stdout)),
+        "the new process does not read the kernel's output ({})",
+        stdout.display()
     );
     let took = logs()
         .split("serves after ")

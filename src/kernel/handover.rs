@@ -12,15 +12,21 @@ pub struct Handover {
     pub token: String,
     /// The owners pipe's write end, inherited by the new process.
     pub owners_fd: RawFd,
+    /// The read ends of the kernel's output pipes (`--log-format json`), inherited too.
+    pub outputs: Vec<RawFd>,
 }
 
 impl Handover {
-    /// One line: `<guard pid> <port> <owners fd> <token>`.
+    /// One line: `<guard pid> <port> <owners fd> <token> [<output fd>...]`.
     pub fn encode(&self) -> String {
-        format!(
+        let mut line = format!(
             "{} {} {} {}",
             self.guard, self.port, self.owners_fd, self.token
-        )
+        );
+        for fd in &self.outputs {
+            line.push_str(&format!(" {fd}"));
+        }
+        line
     }
 
     pub fn decode(text: &str) -> Option<Handover> {
@@ -30,6 +36,7 @@ impl Handover {
             port: words.next()?.parse().ok()?,
             owners_fd: words.next()?.parse().ok()?,
             token: words.next()?.to_string(),
+            outputs: words.filter_map(|w| w.parse().ok()).collect(),
         })
     }
 }
@@ -51,7 +58,7 @@ impl Kernel {
             handover.guard,
             handover.port
         );
-        Arc::new(Kernel {
+        let kernel = Arc::new(Kernel {
             command: config.a2a_command.clone(),
             port: handover.port,
             token: handover.token,
@@ -65,7 +72,20 @@ impl Kernel {
             adopted: Mutex::new(Some(handover.guard)),
             handed_over: AtomicBool::new(false),
             restarting: AtomicBool::new(false),
-        })
+            outputs: Mutex::new(Vec::new()),
+        });
+        // SAFETY: the old process passed us these read ends; ours alone to own.
+        let outputs = handover
+            .outputs
+            .iter()
+            .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) });
+        let outputs: Vec<OwnedFd> = outputs.collect();
+        for fd in &outputs {
+            // SAFETY: fcntl(2) on a descriptor we own.
+            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+        kernel.relog_all(outputs);
+        kernel
     }
 
     /// What the new process needs to adopt the kernel; from now on this process neither
@@ -82,6 +102,7 @@ impl Kernel {
             port: self.port,
             token: self.token.clone(),
             owners_fd: self.owners.lock().as_ref().map_or(-1, |f| f.as_raw_fd()),
+            outputs: self.outputs.lock().iter().map(|f| f.as_raw_fd()).collect(),
         }
     }
 
