@@ -141,6 +141,16 @@ fn notify_systemd(socket: &std::ffi::OsStr, message: &str) -> std::io::Result<()
 /// Starts the new process on the same listener (and kernel) and waits until it serves. `Err`:
 /// it did not, and was stopped; this process goes on serving.
 pub fn hand_over(listener: RawFd, kernel: Option<&Arc<Kernel>>) -> Result<u32, String> {
+    let handed = start_successor(listener, kernel);
+    if handed.is_err() {
+        if let Some(k) = kernel {
+            k.take_back();
+        }
+    }
+    handed
+}
+
+fn start_successor(listener: RawFd, kernel: Option<&Arc<Kernel>>) -> Result<u32, String> {
     let started = Instant::now();
     let (ready_r, ready_w) = pipe()?;
     let mut inherit = vec![listener, ready_w.as_raw_fd()];
@@ -190,9 +200,6 @@ pub fn hand_over(listener: RawFd, kernel: Option<&Arc<Kernel>>) -> Result<u32, S
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            if let Some(k) = kernel {
-                k.take_back();
-            }
             Err(e)
         }
     }

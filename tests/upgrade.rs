@@ -383,3 +383,48 @@ fn a_thread_begun_in_the_draining_process_is_listed_by_the_new_one() {
         "the new process does not list the thread"
     );
 }
+
+#[test]
+fn a_new_binary_that_does_not_start_leaves_the_old_process_serving() {
+    use std::os::unix::fs::PermissionsExt;
+    let k = FakeKernel::start();
+    let root = temp_dir("upgrade-broken");
+    let (bin, log, port) = (root.join("iac-code-agui"), root.join("log"), free_port());
+    std::fs::copy(adapter_bin(), &bin).unwrap();
+    let mut old = std::process::Command::new(&bin)
+        .args(["--port", &port.to_string(), "--a2a-url", &k.url])
+        .args(["--state-dir", root.join("state").to_str().unwrap()])
+        .env("IAC_CODE_AGUI_ALLOWED_CWDS", &root)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    wait_health(&url);
+    // A broken build installed as package managers do: a new file renamed over the old one.
+    let broken = root.join("iac-code-agui.new");
+    std::fs::write(&broken, "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&broken, &bin).unwrap();
+    // SAFETY: kill(2) on our child.
+    unsafe { libc::kill(old.id() as libc::pid_t, libc::SIGUSR2) };
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        eventually(10, || logs().contains("upgrade abandoned")),
+        "{}",
+        logs()
+    );
+    assert!(
+        logs().contains("exited (exit status: 3) before it served"),
+        "{}",
+        logs()
+    );
+    assert!(matches!(old.try_wait(), Ok(None)), "the old process exited");
+    let body = serde_json::json!({"threadId": "t-after", "runId": "r1", "state": {}, "tools": [],
+        "context": [], "messages": [{"id": "m", "role": "user", "content": "hi"}],
+        "forwardedProps": {"iacCode": {"schemaVersion": 1, "rosInvocationId": "i",
+            "cwd": root.to_str().unwrap()}}});
+    let r = post_run(&url, &body, &[]);
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    let _ = old.kill();
+    let _ = old.wait();
+}

@@ -8,8 +8,8 @@
 //! the kernel holds a write end (the old one, and the new one it was handed to). When the last
 //! one closes (every owner exited, however), the guard stops the kernel (SIGTERM to its process
 //! group, 5 s, SIGKILL) and exits. When the kernel exits, the guard exits with its status, so
-//! the adapter's supervisor sees the kernel's exit as before. The guard ignores SIGTERM and
-//! SIGINT: a stop of the group reaches the kernel, and the guard follows it out.
+//! the adapter's supervisor sees the kernel's exit as before. The guard ignores SIGTERM, SIGINT,
+//! SIGHUP and SIGUSR2 (`FOLLOWED`).
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -21,6 +21,12 @@ pub const GUARD_ENV: &str = "IAC_CODE_AGUI_KERNEL_GUARD";
 /// How often the guard looks at the kernel and at its owners.
 const TICK_MS: i32 = 200;
 
+/// Signals the guard ignores: a stop of the group (SIGTERM, SIGINT) reaches the kernel and the
+/// guard follows it out; the adapter's own signals (SIGHUP, SIGUSR2), when sent to the whole
+/// service (`systemctl kill` without `--kill-whom=main`), must not end the guard, which would
+/// take the kernel with it.
+const FOLLOWED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGUSR2];
+
 /// The guard's whole life: its arguments are the kernel's command line.
 pub fn guard_main() -> ! {
     std::env::remove_var(GUARD_ENV);
@@ -30,8 +36,9 @@ pub fn guard_main() -> ! {
     };
     // SAFETY: setting dispositions before any thread starts.
     unsafe {
-        libc::signal(libc::SIGTERM, libc::SIG_IGN);
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        for sig in FOLLOWED {
+            libc::signal(sig, libc::SIG_IGN);
+        }
     }
     let mut cmd = Command::new(program);
     cmd.args(rest).stdin(Stdio::null());
@@ -40,8 +47,9 @@ pub fn guard_main() -> ! {
     unsafe {
         cmd.pre_exec(|| {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            libc::signal(libc::SIGTERM, libc::SIG_DFL);
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            for sig in FOLLOWED {
+                libc::signal(sig, libc::SIG_DFL);
+            }
             Ok(())
         });
     }
