@@ -127,6 +127,35 @@ fn an_upgrade_under_load_loses_no_stream_no_approval_and_refuses_no_turn() {
         r.json
     );
 
+    // A join of that turn in the new process follows it at the kernel to its end.
+    let (status, lookup) = a.thread_lookup("t-live-1", "rosInvocationId=invocation-1");
+    assert_eq!(
+        (status, lookup["state"].as_str()),
+        (200, Some("running")),
+        "{lookup}"
+    );
+    let exec = lookup["executionId"].as_str().unwrap();
+    let join = agent()
+        .post(format!(
+            "{}/extensions/iac-code/v1/executions/{exec}/subscribe",
+            a.url
+        ))
+        .header("Content-Type", "application/json")
+        .send(
+            serde_json::to_vec(&serde_json::json!({"threadId": "t-live-1", "runId": "r1",
+                "rosInvocationId": "invocation-1"}))
+            .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(join.headers().get("X-AGUI-Resume").unwrap(), "join");
+    let joined = read_result(join);
+    assert_eq!(
+        joined.last()["outcome"]["type"],
+        "success",
+        "{:?}",
+        joined.last()
+    );
+
     // Half of the approvals answered while the old process drains, by the new one.
     for (i, interrupt) in approvals.iter().enumerate().take(APPROVALS / 2) {
         let r = a.run(&a.resume_request(&format!("t-wait-{i}"), "r2", allow(&interrupt["id"])));
