@@ -457,3 +457,93 @@ fn a_new_binary_that_does_not_start_leaves_the_old_process_serving() {
     let _ = old.kill();
     let _ = old.wait();
 }
+
+/// What a client following README's rules shows: every message's text, a join's snapshot first
+/// (it replaces what the message held), then the deltas.
+fn transcript(events: &[Value]) -> std::collections::BTreeMap<String, String> {
+    let mut t = std::collections::BTreeMap::new();
+    for e in events {
+        match e["type"].as_str().unwrap_or("") {
+            "MESSAGES_SNAPSHOT" => {
+                for m in e["messages"].as_array().into_iter().flatten() {
+                    if let (Some(text), false) = (m["content"].as_str(), m["role"] == "user") {
+                        t.insert(m["id"].as_str().unwrap().to_string(), text.to_string());
+                    }
+                }
+            }
+            "TEXT_MESSAGE_CONTENT" => {
+                let id = e["messageId"].as_str().unwrap().to_string();
+                t.entry(id)
+                    .or_insert_with(String::new)
+                    .push_str(e["delta"].as_str().unwrap());
+            }
+            _ => {}
+        }
+    }
+    t
+}
+
+#[test]
+fn a_client_cut_during_the_drain_rejoins_in_the_new_process_with_nothing_lost_or_doubled() {
+    use std::io::BufReader;
+    let k = FakeKernel::start();
+    let mut a = Adapter::start_args(&k.url, &["--detach-grace", "30", "--drain-timeout", "60"]);
+    let full = a.run(&a.request("t-whole", "r1", "scenario:paced-30"));
+    // The first 6 events of the turn, then the client's connection is cut.
+    let reader = open_stream(&a.url, &a.request("t-cut", "r1", "scenario:paced-30"));
+    let (mut first, mut cursor) = (Vec::new(), None);
+    for item in sse::read(BufReader::new(reader)) {
+        if let Ok(sse::Item::Event(e)) = item {
+            first.push(e.json());
+            cursor = e.id.clone();
+            if first.len() == 6 {
+                break;
+            }
+        }
+    }
+    a.signal(libc::SIGUSR2);
+    let _successor = Successor(logged_number(&a, "upgrade: started pid ") as u32);
+    logged_number(&a, "upgrade: pid ");
+    std::thread::sleep(Duration::from_millis(300));
+    // The old process keeps the run (detach grace); the client re-attaches with its cursor and
+    // reaches the new process, which joins the turn from the kernel.
+    let (status, lookup) = a.thread_lookup("t-cut", "rosInvocationId=invocation-1");
+    assert_eq!(
+        (status, lookup["state"].as_str()),
+        (200, Some("running")),
+        "{lookup}"
+    );
+    let exec = lookup["executionId"].as_str().unwrap();
+    let resp = agent()
+        .post(format!(
+            "{}/extensions/iac-code/v1/executions/{exec}/subscribe",
+            a.url
+        ))
+        .header("Content-Type", "application/json")
+        .header("Last-Event-ID", cursor.unwrap())
+        .send(
+            serde_json::to_vec(&serde_json::json!({"threadId": "t-cut", "runId": "r1",
+                "rosInvocationId": "invocation-1"}))
+            .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(resp.headers().get("X-AGUI-Resume").unwrap(), "join");
+    let rest = read_result(resp);
+    assert_eq!(
+        rest.last()["outcome"]["type"],
+        "success",
+        "{:?}",
+        rest.last()
+    );
+    let shown = transcript(&first.into_iter().chain(rest.events).collect::<Vec<_>>());
+    let whole = transcript(&full.events);
+    assert_eq!(
+        shown.values().collect::<Vec<_>>(),
+        whole.values().collect::<Vec<_>>(),
+        "the text shown after the re-attach differs from an uninterrupted turn's"
+    );
+    assert!(
+        a.wait_exit(Duration::from_secs(30)).is_some(),
+        "old process still runs"
+    );
+}
