@@ -41,15 +41,34 @@ pub struct Inherited {
     ready: Option<OwnedFd>,
 }
 
-/// The binary's path as it was at start-up: after a package upgrade replaced the file,
-/// `/proc/self/exe` names the deleted old one, while this path holds the new build.
+/// The path the binary was started by, taken at start-up (before any `chdir`): after a package
+/// upgrade replaced the file, `/proc/self/exe` names the deleted old one, while this path holds
+/// the new build; and a symlink switched to a new release (`current -> v2/`) is followed again,
+/// not resolved once and for all.
 pub fn remember_binary() {
     binary();
 }
 
 fn binary() -> &'static PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| std::env::current_exe().unwrap_or_else(|_| "iac-code-agui".into()))
+    EXE.get_or_init(|| {
+        let started_as = std::env::args_os().next().map(PathBuf::from);
+        let by_path = |name: &PathBuf| {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|dir| dir.join(name))
+                .find(|p| p.is_file())
+        };
+        match started_as {
+            Some(p) if p.is_absolute() => Some(p),
+            Some(p) if p.components().count() > 1 => {
+                std::env::current_dir().ok().map(|d| d.join(p))
+            }
+            Some(p) => by_path(&p),
+            None => None,
+        }
+        .or_else(|| std::env::current_exe().ok())
+        .unwrap_or_else(|| "iac-code-agui".into())
+    })
 }
 
 /// Takes what the old process handed over (before any other thread starts: it edits the

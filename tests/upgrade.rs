@@ -418,8 +418,14 @@ fn a_new_binary_that_does_not_start_leaves_the_old_process_serving() {
     use std::os::unix::fs::PermissionsExt;
     let k = FakeKernel::start();
     let root = temp_dir("upgrade-broken");
-    let (bin, log, port) = (root.join("iac-code-agui"), root.join("log"), free_port());
-    std::fs::copy(adapter_bin(), &bin).unwrap();
+    // Started through a symlink to a release directory, as many deployments do.
+    let (v1, v2) = (root.join("v1"), root.join("v2"));
+    std::fs::create_dir_all(&v1).unwrap();
+    std::fs::create_dir_all(&v2).unwrap();
+    std::fs::copy(adapter_bin(), v1.join("iac-code-agui")).unwrap();
+    std::os::unix::fs::symlink(&v1, root.join("current")).unwrap();
+    let bin = root.join("current/iac-code-agui");
+    let (log, port) = (root.join("log"), free_port());
     let mut old = std::process::Command::new(&bin)
         .args(["--port", &port.to_string(), "--a2a-url", &k.url])
         .args(["--state-dir", root.join("state").to_str().unwrap()])
@@ -429,11 +435,12 @@ fn a_new_binary_that_does_not_start_leaves_the_old_process_serving() {
         .unwrap();
     let url = format!("http://127.0.0.1:{port}");
     wait_health(&url);
-    // A broken build installed as package managers do: a new file renamed over the old one.
-    let broken = root.join("iac-code-agui.new");
+    // A broken release, switched to as such deployments do: the symlink replaced atomically.
+    let broken = v2.join("iac-code-agui");
     std::fs::write(&broken, "#!/bin/sh\nexit 3\n").unwrap();
     std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::rename(&broken, &bin).unwrap();
+    std::os::unix::fs::symlink(&v2, root.join("current.new")).unwrap();
+    std::fs::rename(root.join("current.new"), root.join("current")).unwrap();
     // SAFETY: kill(2) on our child.
     unsafe { libc::kill(old.id() as libc::pid_t, libc::SIGUSR2) };
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
