@@ -109,6 +109,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_retryable_refusal_says_when_to_retry_and_no_other_does() {
+        assert_eq!(Msg::KernelRestarting.err().retry_after(), Some(5));
+        assert_eq!(Msg::KernelRestarting.err().status(), 503);
+        assert_eq!(Msg::ShuttingDown.err().retry_after(), Some(1));
+        assert_eq!(Msg::StateUnreadable.err().retry_after(), Some(1));
+        assert_eq!(Msg::ThreadBusy.err().retry_after(), None);
+        assert_eq!(Msg::Missing.with(&[&"threadId"]).retry_after(), None);
+    }
+
+    #[test]
     fn error_json_has_code_and_localized_message() {
         let e = Msg::Missing.with(&[&"threadId"]);
         assert_eq!(
