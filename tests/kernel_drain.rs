@@ -189,3 +189,41 @@ fn a_kernel_drain_waits_for_the_external_kernel_to_be_replaced() {
         let _ = c.wait();
     }
 }
+
+#[test]
+fn a_turn_still_running_at_the_drain_bound_fails_loudly_and_turns_are_admitted_again() {
+    let fake = fake_kernel_bin();
+    let root_args = [
+        "--a2a-command",
+        fake.to_str().unwrap(),
+        "--drain-timeout",
+        "1",
+    ];
+    let (mut a, url, log, cwd) = start("drain-bound", &root_args);
+    let hung = std::thread::scope(|s| {
+        let h = s.spawn(|| post_run(&url, &turn_body("t-hang", "r1", "scenario:hang", &cwd), &[]));
+        assert!(eventually(10, || std::fs::read_dir(
+            Path::new(&cwd).join("state/threads")
+        )
+        .is_ok_and(|mut d| d.next().is_some())));
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on our child.
+        unsafe { libc::kill(a.id() as libc::pid_t, libc::SIGHUP) };
+        assert!(
+            eventually(30, || logs(&log).contains("turns admitted again")),
+            "{}",
+            logs(&log)
+        );
+        h.join().unwrap()
+    });
+    assert!(
+        logs(&log).contains("(1 turn(s) still running)"),
+        "{}",
+        logs(&log)
+    );
+    assert_eq!(hung.error_code(), "A2A_UNAVAILABLE", "{:?}", hung.last());
+    let r = post_run(&url, &turn_body("t-hang", "r2", "hi", &cwd), &[]);
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    let _ = a.kill();
+    let _ = a.wait();
+}

@@ -554,3 +554,26 @@ fn a_client_cut_during_the_drain_rejoins_in_the_new_process_with_nothing_lost_or
         "old process still runs"
     );
 }
+
+#[test]
+fn a_run_still_streaming_at_the_drain_timeout_ends_as_at_a_shutdown() {
+    let k = FakeKernel::start();
+    let mut a = Adapter::start_args(&k.url, &["--drain-timeout", "1"]);
+    let hung = {
+        let (url, body) = (a.url.clone(), a.request("t-hang", "r1", "scenario:hang"));
+        std::thread::spawn(move || post_run(&url, &body, &[]))
+    };
+    a.wait_task("t-hang");
+    a.signal(libc::SIGUSR2);
+    let _successor = Successor(logged_number(&a, "upgrade: started pid ") as u32);
+    assert!(
+        a.wait_exit(Duration::from_secs(20)).is_some(),
+        "old process still runs"
+    );
+    let r = hung.join().unwrap();
+    assert_eq!(r.error_code(), "A2A_UNAVAILABLE", "{:?}", r.last());
+    assert_eq!(r.last()["message"], "The adapter is shutting down.");
+    assert!(a.logs().contains("1 run(s) still active"), "{}", a.logs());
+    // The new process takes the thread's next turn (the old one closed the execution).
+    a.assert_turn_succeeds("t-hang", "r2");
+}
