@@ -340,9 +340,37 @@ fn an_upgrade_hands_the_managed_kernel_over_and_the_new_process_owns_it() {
     let r = turn("t-wait", "r2", "", Some(allow(&waiting["id"])));
     assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
 
-    // The new process owns it now: SIGKILLed, it leaves no kernel behind either.
+    // Upgraded again: the adopted kernel is handed on once more.
     // SAFETY: kill(2) on the pid the log named.
-    unsafe { libc::kill(new.0 as libc::pid_t, libc::SIGKILL) };
+    unsafe { libc::kill(new.0 as libc::pid_t, libc::SIGUSR2) };
+    let third = || {
+        let text = logs();
+        let rest = text.split("upgrade: started pid ").nth(2)?.to_string();
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u32>().ok()
+    };
+    assert!(eventually(10, || third().is_some()), "{}", logs());
+    let newest = Successor(third().unwrap());
+    assert!(
+        eventually(20, || !alive(new.0)),
+        "the second process did not exit"
+    );
+    assert_eq!(
+        logs().matches("started A2A kernel").count(),
+        1,
+        "{}",
+        logs()
+    );
+    assert!(
+        alive(guard) && alive(kernel),
+        "the kernel did not outlive the second process"
+    );
+    let r = turn("t-third", "r1", "hi", None);
+    assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+
+    // The newest process owns it now: SIGKILLed, it leaves no kernel behind either.
+    // SAFETY: kill(2) on the pid the log named.
+    unsafe { libc::kill(newest.0 as libc::pid_t, libc::SIGKILL) };
     assert!(
         eventually(15, || !alive(guard) && !alive(kernel)),
         "kernel {kernel} orphaned"
