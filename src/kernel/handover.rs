@@ -111,3 +111,34 @@ impl Kernel {
         self.handed_over.store(false, Ordering::SeqCst);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handover_reads_back_as_written_with_or_without_output_pipes() {
+        let h = Handover {
+            guard: 4242,
+            port: 39001,
+            token: "a-B_c".repeat(8),
+            owners_fd: 7,
+            outputs: vec![9, 11],
+        };
+        let back = Handover::decode(&h.encode()).unwrap();
+        assert_eq!(
+            (
+                back.guard,
+                back.port,
+                back.owners_fd,
+                back.token.as_str(),
+                back.outputs
+            ),
+            (4242, 39001, 7, h.token.as_str(), vec![9, 11])
+        );
+        let plain = Handover::decode("1 2 3 tok").unwrap();
+        assert!(plain.outputs.is_empty());
+        assert!(Handover::decode("1 2 3").is_none());
+        assert!(Handover::decode("x 2 3 tok").is_none());
+    }
+}
