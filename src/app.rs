@@ -27,6 +27,9 @@ pub struct App {
     /// The runs held for the live feeds of threads (`GET …/threads/{threadId}/events`).
     pub threads: ThreadFeeds,
     pub runs: Runs,
+    /// Set once an upgrade handed the listener to a new process: tiny_http stops accepting and
+    /// closes each connection once its response is written (`Limits::draining`).
+    pub draining: Arc<AtomicBool>,
 }
 
 /// The runs in progress, so a shutdown can end each of them properly.
@@ -34,6 +37,9 @@ pub struct App {
 pub struct Runs {
     live: Mutex<Vec<Weak<LiveRun>>>,
     stopping: AtomicBool,
+    /// Set while the kernel drains for a restart (`kernel_drain.rs`): new runs are refused with a
+    /// retryable 503, running ones go on.
+    paused: AtomicBool,
 }
 
 /// One run in progress, as the shutdown sees it.
@@ -62,6 +68,16 @@ impl Runs {
     /// Whether the adapter is shutting down (new runs are refused, running ones end).
     pub(crate) fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Whether new runs wait for a kernel restart (refused, retryable).
+    pub(crate) fn paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Refuses new runs (`true`) until the kernel is back, or admits them again (`false`).
+    pub fn pause(&self, on: bool) {
+        self.paused.store(on, Ordering::SeqCst);
     }
 
     /// Refuses new runs from now on and returns the runs still in progress.

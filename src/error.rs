@@ -33,6 +33,9 @@ pub struct Error {
     status: Option<u16>,
 }
 
+/// The `Retry-After` of a turn refused while the kernel restarts.
+const KERNEL_RESTART_RETRY_SECS: u32 = 5;
+
 impl Error {
     pub(crate) fn from_msg(msg: Msg, args: Vec<String>) -> Error {
         Error {
@@ -45,6 +48,17 @@ impl Error {
 
     pub(crate) fn status(&self) -> u16 {
         self.status.unwrap_or_else(|| self.msg.status())
+    }
+
+    /// The `Retry-After` seconds of a retryable refusal (503): a kernel restart takes a few
+    /// seconds; any other 503 (overload, a shutdown a supervisor follows with a restart, a state
+    /// not readable yet) is worth retrying at once.
+    pub(crate) fn retry_after(&self) -> Option<u32> {
+        match (self.status(), self.msg) {
+            (503, Msg::KernelRestarting) => Some(KERNEL_RESTART_RETRY_SECS),
+            (503, _) => Some(1),
+            _ => None,
+        }
     }
 
     pub(crate) fn message(&self, lang: Lang) -> String {
@@ -93,6 +107,16 @@ impl std::error::Error for Error {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retryable_refusal_says_when_to_retry_and_no_other_does() {
+        assert_eq!(Msg::KernelRestarting.err().retry_after(), Some(5));
+        assert_eq!(Msg::KernelRestarting.err().status(), 503);
+        assert_eq!(Msg::ShuttingDown.err().retry_after(), Some(1));
+        assert_eq!(Msg::StateUnreadable.err().retry_after(), Some(1));
+        assert_eq!(Msg::ThreadBusy.err().retry_after(), None);
+        assert_eq!(Msg::Missing.with(&[&"threadId"]).retry_after(), None);
+    }
 
     #[test]
     fn error_json_has_code_and_localized_message() {

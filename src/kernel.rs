@@ -6,13 +6,22 @@
 //! refuses any call without it; ours send it, see [`Kernel::token`]) and the allowed workspace roots
 //! in `IACCODE_A2A_ALLOWED_CWDS` unless that is set already.
 //!
-//! The kernel also gets `PR_SET_PDEATHSIG = SIGKILL`, so even a SIGKILL of the adapter, which runs
-//! no clean-up, never leaves it orphaned.
+//! The kernel is started through its guard (`kernel/guard.rs`, our own binary), which gives it
+//! `PR_SET_PDEATHSIG = SIGKILL` and stops it once no adapter owns it any more, so even a SIGKILL
+//! of the adapter, which runs no clean-up, never leaves it orphaned, while an upgrade can hand it
+//! to the new adapter process ([`Kernel::hand_over`], [`Kernel::adopt`]).
+
+mod guard;
+mod handover;
+
+pub use guard::{guard_main, GUARD_ENV};
+pub use handover::Handover;
 
 use crate::config::Config;
 use base64::Engine;
 use parking_lot::Mutex;
 use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -47,6 +56,19 @@ pub struct Kernel {
     /// `--log-format json`: the kernel's output is re-logged line by line (target `kernel`), so
     /// the adapter's stream stays one JSON object a line; else it is inherited as is.
     relog_output: bool,
+    /// This process's write end of the guard's owners pipe (`guard.rs`).
+    owners: Mutex<Option<OwnedFd>>,
+    /// The guard of a kernel another adapter process started and handed to this one (not our
+    /// child: watched through /proc); `None` once it exited or for a kernel of our own.
+    adopted: Mutex<Option<libc::pid_t>>,
+    /// Set while an upgrade hands the kernel to the new process: this one neither restarts nor
+    /// stops it any more.
+    handed_over: AtomicBool,
+    /// Set while [`Kernel::restart`] replaces the kernel: the supervisor leaves it alone.
+    restarting: AtomicBool,
+    /// With `relog_output`, copies of the read ends of the kernel's stdout and stderr pipes, for
+    /// an upgrade to hand over (the new process re-logs them once this one is gone).
+    outputs: Mutex<Vec<OwnedFd>>,
 }
 
 impl Kernel {
@@ -67,6 +89,11 @@ impl Kernel {
             start_timeout: config.kernel_start_timeout,
             version: Mutex::new(None),
             relog_output: config.log_format == crate::config::LogFormat::Json,
+            owners: Mutex::new(None),
+            adopted: Mutex::new(None),
+            handed_over: AtomicBool::new(false),
+            restarting: AtomicBool::new(false),
+            outputs: Mutex::new(Vec::new()),
         });
         // The version check runs beside the kernel's start-up (both are Python start-ups); its
         // warning comes before any start-up error, which it may explain.
@@ -104,27 +131,36 @@ impl Kernel {
     }
 
     fn spawn_and_wait(&self) -> Result<(), String> {
-        let mut cmd = Command::new(&self.command[0]);
-        cmd.args(&self.command[1..])
+        let name = self.command.join(" ");
+        // The guard starts the kernel: a command that is not there is said here, as before.
+        if which(&self.command[0]).is_none_or(|p| !p.exists()) {
+            return Err(format!(
+                "cannot start the A2A kernel `{name}`: command not found; {INSTALL_HINT}"
+            ));
+        }
+        let (owners_r, owners_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+        // `/proc/self/exe`: this very binary, even when an upgrade replaced its file.
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.env(GUARD_ENV, "1")
+            .args(&self.command)
             .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--thinking-exposure", "all"])
             .env("IACCODE_A2A_HTTP_TOKEN", &self.token)
-            .stdin(Stdio::null());
+            .stdin(Stdio::from(owners_r));
         if self.relog_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         if std::env::var_os("IACCODE_A2A_ALLOWED_CWDS").is_none() {
             cmd.env("IACCODE_A2A_ALLOWED_CWDS", &self.allowed_cwds);
         }
-        // SAFETY: only async-signal-safe calls between fork and exec.
+        // SAFETY: only async-signal-safe calls between fork and exec. No parent-death signal
+        // for the guard: it outlives this process when an upgrade hands the kernel on.
         unsafe {
             cmd.pre_exec(|| {
                 libc::setpgid(0, 0);
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 Ok(())
             });
         }
-        let name = self.command.join(" ");
         let mut child = cmd.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 format!("cannot start the A2A kernel `{name}`: command not found; {INSTALL_HINT}")
@@ -132,18 +168,25 @@ impl Kernel {
                 format!("cannot start the A2A kernel `{name}`: {e}; {INSTALL_HINT}")
             }
         })?;
-        if let Some(out) = child.stdout.take() {
-            relog(out);
-        }
-        if let Some(err) = child.stderr.take() {
-            relog(err);
-        }
+        let outputs = [
+            child.stdout.take().map(OwnedFd::from),
+            child.stderr.take().map(OwnedFd::from),
+        ];
+        self.relog_all(outputs.into_iter().flatten().collect());
+        let guard = child.id();
         log::info!(
             "started A2A kernel `{name}` (pid {}) on port {}",
-            child.id(),
+            kernel_under(guard).unwrap_or(guard),
             self.port
         );
+        log::info!("A2A kernel guard: pid {guard}");
         *self.child.lock() = Some(child);
+        *self.owners.lock() = Some(owners_w);
+        self.wait_healthy(&name)
+    }
+
+    /// Waits for the kernel's `/health`, bounded by `--kernel-start-timeout`.
+    fn wait_healthy(&self, name: &str) -> Result<(), String> {
         let health = ureq::Agent::from(
             ureq::Agent::config_builder()
                 .http_status_as_error(false)
@@ -174,6 +217,18 @@ impl Kernel {
         }
     }
 
+    /// Whether the kernel exited (`Some(how)`), for a kernel of ours or an adopted one.
+    fn exited(&self) -> Option<String> {
+        if let Some(pid) = *self.adopted.lock() {
+            return (!process_alive(pid)).then(|| format!("guard pid {pid} gone"));
+        }
+        self.child
+            .lock()
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+            .map(|s| s.to_string())
+    }
+
     /// Restarts the kernel whenever it exits unexpectedly (on this long-lived thread, because the
     /// parent-death signal follows the spawning thread).
     pub fn supervise(self: &Arc<Kernel>) {
@@ -185,13 +240,19 @@ impl Kernel {
                 if kernel.stopping.load(Ordering::SeqCst) {
                     return;
                 }
-                let exited = kernel
-                    .child
-                    .lock()
-                    .as_mut()
-                    .and_then(|c| c.try_wait().ok().flatten());
-                if let Some(status) = exited {
+                if kernel.restarting.load(Ordering::SeqCst) {
+                    continue;
+                }
+                if kernel.handed_over.load(Ordering::SeqCst) {
+                    // The new process supervises it; a guard that exits is only reaped here.
+                    if let Some(c) = kernel.child.lock().as_mut() {
+                        let _ = c.try_wait();
+                    }
+                    continue;
+                }
+                if let Some(status) = kernel.exited() {
                     log::error!("the A2A kernel exited ({status}); restarting it");
+                    *kernel.adopted.lock() = None;
                     crate::metrics::kernel_restarted();
                     std::thread::sleep(Duration::from_secs(1));
                     if let Err(e) = kernel.spawn_and_wait() {
@@ -202,25 +263,101 @@ impl Kernel {
             .expect("spawn kernel supervisor");
     }
 
-    /// SIGTERM to the kernel's process group, a bounded grace period, then SIGKILL.
+    /// SIGTERM to the kernel's process group, a bounded grace period, then SIGKILL. A kernel
+    /// handed over to a new process is left to it.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        let Some(mut child) = self.child.lock().take() else {
+        if self.handed_over.load(Ordering::SeqCst) {
             return;
+        }
+        self.terminate();
+    }
+
+    /// Stops the kernel and starts it again on the same port with the same token (a kernel
+    /// drain, `kernel_drain.rs`: no turn is running on it then). The kernel takes its state
+    /// from its persistence dir, input-required tasks included.
+    pub fn restart(&self) -> Result<(), String> {
+        self.restarting.store(true, Ordering::SeqCst);
+        self.terminate();
+        let started = self.spawn_and_wait();
+        self.restarting.store(false, Ordering::SeqCst);
+        started
+    }
+
+    fn terminate(&self) {
+        let adopted = self.adopted.lock().take();
+        let mut child = self.child.lock().take();
+        let pgid = match (adopted, &child) {
+            (Some(pid), _) => pid,
+            (None, Some(c)) => c.id() as libc::pid_t,
+            (None, None) => return,
         };
-        let pgid = child.id() as libc::pid_t;
+        let mut gone = || match &mut child {
+            Some(c) => matches!(c.try_wait(), Ok(Some(_))),
+            None => !process_alive(pgid),
+        };
         // SAFETY: plain kill(2) on the group we created.
         unsafe { libc::kill(-pgid, libc::SIGTERM) };
         let deadline = Instant::now() + STOP_GRACE;
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
+            if gone() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         log::warn!("the A2A kernel ignored SIGTERM for {STOP_GRACE:?}; killing it");
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = child.wait();
+        if let Some(c) = &mut child {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The kernel the guard `guard` started (its one child), once it appears (1 s at most).
+fn kernel_under(guard: u32) -> Option<u32> {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{guard}/task/{guard}/children"));
+        let first = children
+            .ok()
+            .and_then(|c| c.split_whitespace().next()?.parse().ok());
+        if first.is_some() || Instant::now() > deadline {
+            return first;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether `pid` runs (a zombie, exited but not yet reaped by its parent, does not).
+fn process_alive(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2(2) into a local array; both ends are owned right after.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just opened both.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl Kernel {
+    /// Re-logs each of the kernel's output pipes, keeping a copy of each for an upgrade.
+    fn relog_all(&self, pipes: Vec<OwnedFd>) {
+        let mut kept = self.outputs.lock();
+        kept.clear();
+        for pipe in pipes {
+            if let Ok(copy) = pipe.try_clone() {
+                kept.push(copy);
+            }
+            relog(std::fs::File::from(pipe));
+        }
     }
 }
 

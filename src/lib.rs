@@ -84,6 +84,7 @@ pub(crate) mod ids;
 pub mod input;
 pub(crate) mod interrupts;
 pub mod kernel;
+pub mod kernel_drain;
 pub(crate) mod lang;
 pub mod logctx;
 pub mod memory;
@@ -102,3 +103,4 @@ pub mod testing;
 pub mod threadfeed;
 #[doc(hidden)]
 pub mod untrusted;
+pub mod upgrade;

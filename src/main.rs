@@ -8,30 +8,56 @@ use iac_code_agui::config::{usage, Command, Config, LogFormat};
 use iac_code_agui::feed::Feeds;
 use iac_code_agui::history::History;
 use iac_code_agui::http;
-use iac_code_agui::kernel::Kernel;
+use iac_code_agui::kernel::{self, Kernel};
+use iac_code_agui::kernel_drain;
 use iac_code_agui::logctx;
 use iac_code_agui::run;
 use iac_code_agui::store::Store;
 use iac_code_agui::stream::Heartbeats;
 use iac_code_agui::threadfeed::ThreadFeeds;
+use iac_code_agui::upgrade::{self, Inherited};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn main() {
+    if std::env::var_os(kernel::GUARD_ENV).is_some() {
+        kernel::guard_main();
+    }
     // Before any thread: large blocks in mappings of their own, freed memory given back.
     iac_code_agui::memory::tune();
+    upgrade::remember_binary();
+    let mut inherited = upgrade::take_inherited();
     let mut config = parse_command_line();
     init_logging(&config);
     install_signal_handlers();
     fit_host_limits(&mut config);
-    let server = listen_or_exit(&config);
+    let draining = Arc::new(AtomicBool::new(false));
+    let (server, listen_fd) = listen_or_exit(&config, &mut inherited, &draining);
     log_configuration(&config);
-    let kernel = reach_kernel(&config);
-    let app = build_app(config, &kernel);
+    let kernel = reach_kernel(&config, &mut inherited);
+    let app = build_app(config, &kernel, draining);
     serve(&app, &server);
-    wait_for_stop_or_idle(&app);
+    inherited.index_what_the_old_process_wrote(&app);
+    inherited.announce_ready();
+    loop {
+        match wait_for_stop_or_idle(&app) {
+            Wake::Upgrade => {
+                if upgrade_and_drain(&app, listen_fd, &kernel) {
+                    return;
+                }
+            }
+            Wake::KernelDrain => {
+                let signals = kernel_drain::Signals {
+                    stop: &|| STOP.load(Ordering::SeqCst),
+                    again: &|| KERNEL_DRAIN.swap(false, Ordering::SeqCst),
+                };
+                kernel_drain::drain_kernel(&app, kernel.managed.as_ref(), &signals);
+            }
+            Wake::Stop => break,
+        }
+    }
     shut_down(&app, kernel);
 }
 
@@ -94,18 +120,35 @@ fn init_logging(config: &Config) {
 
 /// Set by SIGINT and SIGTERM; the idle loop polls it.
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Set by SIGUSR2: replace this process by the binary now at its path (`upgrade.rs`).
+static UPGRADE: AtomicBool = AtomicBool::new(false);
+/// Set by SIGHUP: drain, then restart the kernel or wait for it (`kernel_drain.rs`).
+static KERNEL_DRAIN: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// SIGINT and SIGTERM ask for a graceful stop (`STOP`); a client gone mid-write is an error on
-/// the write, not a SIGPIPE.
+extern "C" fn on_upgrade(_: libc::c_int) {
+    UPGRADE.store(true, Ordering::SeqCst);
+}
+
+extern "C" fn on_kernel_drain(_: libc::c_int) {
+    KERNEL_DRAIN.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM ask for a graceful stop (`STOP`), SIGUSR2 for an upgrade, SIGHUP for a
+/// kernel drain; a client gone mid-write is an error on the write, not a SIGPIPE.
 fn install_signal_handlers() {
-    // SAFETY: the handler only stores to an atomic.
+    // SAFETY: the handlers only store to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGUSR2, on_upgrade as *const () as libc::sighandler_t);
+        libc::signal(
+            libc::SIGHUP,
+            on_kernel_drain as *const () as libc::sighandler_t,
+        );
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
 }
@@ -196,10 +239,14 @@ fn raise_fd_limit() -> u64 {
     lim.rlim_cur
 }
 
-/// The bound server, or the reason on stderr and exit 1.
-fn listen_or_exit(config: &Config) -> Arc<tiny_http::Server> {
-    match listen(config) {
-        Ok(s) => Arc::new(s),
+/// The bound server and its listening descriptor, or the reason on stderr and exit 1.
+fn listen_or_exit(
+    config: &Config,
+    inherited: &mut Inherited,
+    draining: &Arc<AtomicBool>,
+) -> (Arc<tiny_http::Server>, std::os::fd::RawFd) {
+    match listen(config, inherited.listener.take(), draining) {
+        Ok(s) => s,
         Err(e) => {
             eprintln!(
                 "iac-code-agui: cannot listen on {}:{}: {e}",
@@ -211,14 +258,41 @@ fn listen_or_exit(config: &Config) -> Arc<tiny_http::Server> {
 }
 
 /// Binds with a deep accept queue: a burst of clients (a console reconnecting hundreds of tabs)
-/// must wait in the queue, not in SYN retries that add seconds. The HTTP limits (head size, URL,
-/// timeouts, connection cap) are enforced by tiny_http from the configuration.
-fn listen(config: &Config) -> Result<tiny_http::Server, Box<dyn std::error::Error + Send + Sync>> {
+/// must wait in the queue, not in SYN retries that add seconds; or takes the socket an upgrade
+/// handed over (the same queue: no connection is refused meanwhile). The HTTP limits (head
+/// size, URL, timeouts, connection cap) are enforced by tiny_http from the configuration.
+fn listen(
+    config: &Config,
+    inherited: Option<std::net::TcpListener>,
+    draining: &Arc<AtomicBool>,
+) -> Result<(Arc<tiny_http::Server>, std::os::fd::RawFd), Box<dyn std::error::Error + Send + Sync>>
+{
     use std::os::fd::AsRawFd;
-    let listener = std::net::TcpListener::bind((config.host.as_str(), config.port))?;
-    // SAFETY: listen(2) again on our own listening socket only changes its backlog.
-    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
-    tiny_http::Server::from_listener_with_limits(listener, None, http::limits(config))
+    let listener = match inherited {
+        Some(l) => l,
+        None => std::net::TcpListener::bind((config.host.as_str(), config.port))?,
+    };
+    let fd = listener.as_raw_fd();
+    // SAFETY: listen(2) again on our own listening socket only changes its backlog; the receive
+    // timeout makes accept(2) return now and then, so an upgrade can stop this process accepting.
+    unsafe {
+        libc::listen(fd, 4096);
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 250_000,
+        };
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
+    let mut limits = http::limits(config);
+    limits.draining = draining.clone();
+    let server = tiny_http::Server::from_listener_with_limits(listener, None, limits)?;
+    Ok((Arc::new(server), fd))
 }
 
 /// One INFO line each for what an operator checks first: the state dir, the allowed workspace
@@ -288,13 +362,21 @@ struct Upstream {
     managed: Option<Arc<Kernel>>,
 }
 
-/// Reaches the kernel (starting a managed one; exit 1 when it cannot start) and logs which.
-fn reach_kernel(config: &Config) -> Upstream {
+/// Reaches the kernel (adopting the one an upgrade handed over, else starting a managed one;
+/// exit 1 when it cannot start) and logs which.
+fn reach_kernel(config: &Config, inherited: &mut Inherited) -> Upstream {
     let upstream = match &config.a2a_url {
         Some(url) => Upstream {
             url: url.clone(),
             managed: None,
         },
+        None if inherited.kernel.is_some() => {
+            let k = Kernel::adopt(config, inherited.kernel.take().expect("checked"));
+            Upstream {
+                url: k.url(),
+                managed: Some(k),
+            }
+        }
         None => match Kernel::start(config) {
             Ok(k) => Upstream {
                 url: k.url(),
@@ -322,7 +404,7 @@ fn reach_kernel(config: &Config) -> Upstream {
 }
 
 /// What every request shares; a managed kernel's own token replaces `a2a-token`.
-fn build_app(config: Config, kernel: &Upstream) -> Arc<App> {
+fn build_app(config: Config, kernel: &Upstream, draining: Arc<AtomicBool>) -> Arc<App> {
     let token = match &kernel.managed {
         Some(k) => Some(k.token().to_string()),
         None => config.a2a_token.clone(),
@@ -335,6 +417,7 @@ fn build_app(config: Config, kernel: &Upstream) -> Arc<App> {
         history: History::new(&config.state_dir, config.history_max_messages),
         threads: ThreadFeeds::start(),
         runs: Runs::default(),
+        draining,
         config,
     })
 }
@@ -351,20 +434,58 @@ fn serve(app: &Arc<App>, server: &Arc<tiny_http::Server>) {
     app.store.start_index();
 }
 
-/// Returns on SIGINT/SIGTERM, or once no run has been active for `--idle-shutdown` (when set).
-fn wait_for_stop_or_idle(app: &App) {
+/// Why the idle loop returned.
+enum Wake {
+    /// SIGINT/SIGTERM, or idle for `--idle-shutdown`.
+    Stop,
+    /// SIGUSR2.
+    Upgrade,
+    /// SIGHUP.
+    KernelDrain,
+}
+
+/// Returns on SIGINT/SIGTERM, SIGUSR2, SIGHUP, or once no run has been active for `--idle-shutdown`
+/// (when set).
+fn wait_for_stop_or_idle(app: &App) -> Wake {
     let mut idle_since = Instant::now();
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
+        if UPGRADE.swap(false, Ordering::SeqCst) {
+            return Wake::Upgrade;
+        }
+        if KERNEL_DRAIN.swap(false, Ordering::SeqCst) {
+            return Wake::KernelDrain;
+        }
         if app.store.active_runs() > 0 {
             idle_since = Instant::now();
         }
         let idle = app.config.idle_shutdown;
         if !idle.is_zero() && idle_since.elapsed() >= idle {
             log::info!("idle for {idle:?}; shutting down");
-            return;
+            return Wake::Stop;
         }
     }
+    Wake::Stop
+}
+
+/// SIGUSR2: hands the listener (and a managed kernel) to a new process, then drains and returns
+/// true (the process then exits, leaving the kernel to the new one); false when the new process
+/// did not come up (this one goes on serving). Runs still active at `--drain-timeout`, or when
+/// SIGTERM comes meanwhile, end as at a shutdown.
+fn upgrade_and_drain(app: &Arc<App>, listen_fd: std::os::fd::RawFd, kernel: &Upstream) -> bool {
+    log::info!("SIGUSR2: upgrading");
+    if let Err(e) = upgrade::hand_over(listen_fd, kernel.managed.as_ref()) {
+        log::error!("upgrade abandoned, this process goes on serving: {e}");
+        return false;
+    }
+    let left = upgrade::drain(app, app.config.drain_timeout, &|| {
+        STOP.load(Ordering::SeqCst)
+    });
+    if left > 0 {
+        run::shutdown(app, SHUTDOWN_GRACE);
+    }
+    log::info!("upgraded: this process exits");
+    true
 }
 
 /// How long active runs get to end themselves on SIGTERM/SIGINT before their streams are ended

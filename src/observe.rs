@@ -129,6 +129,7 @@ pub(crate) fn thread_status(
             out["interrupts"] = Value::Array(pending_interrupts(&doc, lang));
             "waiting"
         }
+        None if doc.running_elsewhere() => "running", // in an upgrade's old process
         None => "idle",
     };
     out["state"] = json!(state);

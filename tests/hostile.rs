@@ -274,6 +274,7 @@ fn a_connection_beyond_the_cap_gets_a_fast_503() {
     };
     assert_eq!(r.status, 503, "{}", r.head);
     assert_eq!(r.error_code(), "A2A_UNAVAILABLE", "{:?}", r.json());
+    assert_eq!(r.header("Retry-After"), Some("1"), "{}", r.head);
     assert!(closes_within(
         &mut s,
         Duration::from_secs(2),

@@ -474,10 +474,15 @@ fn the_state_file_keeps_the_reference_layout() {
         serde_json::from_str(include_str!("data/permission-flow.state.json")).unwrap();
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
     assert_eq!(keys(&ours), keys(&reference));
-    // Plus the execution's mode, which the reference neither writes nor minds (its loader reads
-    // named keys only: `iac_code/agui/adapter.py`, `_restore_thread_state`).
+    // Plus the execution's mode and the adapter process that runs it (an upgrade's two
+    // processes, src/store/owner.rs), which the reference neither writes nor minds (its loader
+    // reads named keys only: `iac_code/agui/adapter.py`, `_restore_thread_state`).
     let mut execution = keys(&reference["execution"]);
-    execution.extend(["pipelineName".to_string(), "runMode".to_string()]);
+    execution.extend([
+        "owner".to_string(),
+        "pipelineName".to_string(),
+        "runMode".to_string(),
+    ]);
     execution.sort();
     assert_eq!(keys(&ours["execution"]), execution);
     assert_eq!(ours["execution"]["runMode"], Value::Null, "none given");

@@ -202,6 +202,15 @@ impl A2aClient {
         Ok(A2aStream::new(body.into_reader()))
     }
 
+    /// Whether the kernel answers `GET /health` with 200 now (bounded like a cancel).
+    pub(crate) fn healthy(&self) -> bool {
+        let mut req = self.control.get(format!("{}/health", self.base));
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        req.call().is_ok_and(|r| r.status().as_u16() == 200)
+    }
+
     /// A non-streaming JSON-RPC call.
     pub(crate) fn call(&self, method: &str, params: &Value) -> Result<Rpc, Error> {
         self.call_on(&self.agent, method, params)

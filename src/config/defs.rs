@@ -159,6 +159,20 @@ pub(crate) const DEFS: &[Def] = &[
         },
     },
     Def {
+        name: "drain-timeout",
+        short: None,
+        negated: None,
+        takes: Takes::One("SECS"),
+        given_by: Sources::All,
+        default: Fallback::Value("300"),
+        origin: Origin::Ours,
+        help: "an upgrade (SIGUSR2) or a kernel drain (SIGHUP) lets running turns finish this long",
+        set: |c, v| {
+            c.drain_timeout = v.seconds()?;
+            Ok(())
+        },
+    },
+    Def {
         name: "workers",
         short: None,
         negated: None,

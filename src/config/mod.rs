@@ -59,6 +59,8 @@ pub struct Config {
     /// How long the upstream stream may stay silent before the run fails (0 = never).
     pub a2a_idle_timeout: Duration,
     pub(crate) kernel_start_timeout: Duration,
+    /// How long an upgrade's or a kernel drain's running turns may take to finish.
+    pub drain_timeout: Duration,
     pub workers: usize,
     /// Open client connections; beyond it a fast 503.
     pub(crate) max_connections: usize,

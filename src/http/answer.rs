@@ -86,10 +86,13 @@ fn reply_error_with(req: Request, e: &Error, lang: Lang, cors: &Cors) {
         e.code
     );
     crate::metrics::rejected(e.status(), e.code);
-    let _ = req.respond(with_headers(
-        json_response(e.status(), &e.to_json(lang)),
-        cors.headers(),
-    ));
+    let mut response = with_headers(json_response(e.status(), &e.to_json(lang)), cors.headers());
+    if let Some(secs) = e.retry_after() {
+        // A retryable refusal says when to retry (RFC 9110 §10.2.3).
+        let value = secs.to_string();
+        response.add_header(Header::from_bytes("Retry-After", value.as_bytes()).expect("digits"));
+    }
+    let _ = req.respond(response);
 }
 
 /// The run continues on this request thread, which owns the connection; admission already

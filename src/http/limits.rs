@@ -19,6 +19,8 @@ pub fn limits(config: &Config) -> tiny_http::Limits {
         error_body: Arc::new(error_body),
         thread_stack: Some(CONNECTION_STACK),
         on_stream_wait: Some(crate::memory::release_unused_stack),
+        // `main` shares the flag an upgrade sets.
+        draining: Arc::default(),
     }
 }
 

@@ -18,7 +18,7 @@ pub(super) enum Mode {
     /// A new turn, but the thread's recorded execution never ended (the adapter was killed or
     /// stopped mid-run): the run stops and closes it first, then `next` takes its place.
     RepairThenNewTurn {
-        next: Execution,
+        next: Box<Execution>,
         message: UserMessage,
     },
     Resume(Vec<ResumeEntry>),
@@ -62,6 +62,9 @@ fn admit_locked(
     if app.runs.stopping() {
         return Err(shutting_down());
     }
+    if app.runs.paused() {
+        return Err(Msg::KernelRestarting.err());
+    }
     if let Some(active) = &guard.active {
         if app.feeds.detached(&active.execution_id) {
             return Err(Msg::ThreadDetached.err());
@@ -83,12 +86,20 @@ fn admit_locked(
             input.iac.user_id.as_deref(),
         ),
     };
+    // A run the replaced process is still streaming (an upgrade's drain) keeps its thread busy
+    // here too, as it would in that process; it is not one a killed adapter left.
+    if doc.running_elsewhere() {
+        return Err(Msg::ThreadBusy.err());
+    }
     let waits = expire_pending(app, &mut doc);
     let mode = match &input.resume {
         Some(entries) => resume_mode(&doc, &input, entries, waits)?,
         None => new_turn_mode(&mut doc, &mut input)?,
     };
     doc.record_run(input.run_id.clone(), input.digest.clone());
+    if let Some(exec) = doc.execution.as_mut() {
+        exec.owner = Some(crate::store::this_process().to_string());
+    }
     app.store.save(&doc)?;
     let exec = doc.execution.as_ref().ok_or_else(lost)?;
     let active = ActiveRun::new(&exec.execution_id, exec.task_id.clone());
@@ -177,6 +188,7 @@ fn new_turn_mode(doc: &mut ThreadDoc, input: &mut RunInput) -> Result<Mode, Erro
         // Every answer of this execution carries the mode it started in.
         run_mode: Recorded::Given(input.iac.run_mode),
         pipeline_name: Recorded::Given(input.iac.pipeline_name.clone()),
+        owner: Some(crate::store::this_process().to_string()),
     };
     // No pending input and not terminal: the run that owned it never ended. It stays recorded
     // (the cancel extension still reaches it) until the run thread repaired it.
@@ -185,7 +197,10 @@ fn new_turn_mode(doc: &mut ThreadDoc, input: &mut RunInput) -> Result<Mode, Erro
         .as_ref()
         .is_some_and(|e| !doc.is_terminal(&e.execution_id));
     if unfinished {
-        return Ok(Mode::RepairThenNewTurn { next, message });
+        return Ok(Mode::RepairThenNewTurn {
+            next: Box::new(next),
+            message,
+        });
     }
     doc.execution = Some(next);
     Ok(Mode::NewTurn(message))

@@ -67,6 +67,17 @@ fn cancel_locked(
     if doc.is_terminal(execution_id) {
         return Ok(reply("already_terminal"));
     }
+    if doc.running_elsewhere() {
+        // The replaced process (an upgrade's drain) runs it and records its end once the
+        // kernel stops the task.
+        drop(guard);
+        if let Some(task) = &exec.task_id {
+            if let Err(e) = app.a2a.cancel_task(task) {
+                log::warn!("CancelTask {task} failed: {e}");
+            }
+        }
+        return Ok(reply("cancelled"));
+    }
     // Closed durably first, so no resume can apply meanwhile; the kernel is told after the
     // thread's lock is released (CancelTask is bounded, but a hung kernel holds no one).
     doc.mark_terminal();

@@ -184,7 +184,7 @@ impl<'a> Run<'a> {
         self.flush();
         let end = match mode {
             Mode::NewTurn(message) => self.new_turn(message),
-            Mode::RepairThenNewTurn { next, message } => match self.repair(next) {
+            Mode::RepairThenNewTurn { next, message } => match self.repair(*next) {
                 Ok(()) => self.new_turn(message),
                 Err(e) => End::Failed(e),
             },

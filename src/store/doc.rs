@@ -128,6 +128,11 @@ pub(crate) struct Execution {
     /// The client's `pipelineName`, recorded like `run_mode`.
     #[serde(default, skip_serializing_if = "Recorded::is_absent")]
     pub(crate) pipeline_name: Recorded<String>,
+    /// The adapter process that runs it (`owner.rs`), so that during an upgrade the other
+    /// process knows it busy rather than left running by a killed adapter. Ours; the reference
+    /// ignores the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) owner: Option<String>,
 }
 
 /// A choice of the turn that started an execution, as its state file keeps it: a key that is
@@ -269,6 +274,18 @@ impl ThreadDoc {
         let kept = &self.terminal_execution_ids;
         self.applied_resume_digests
             .retain(|a| Some(a.execution_id.as_str()) == current || kept.contains(&a.execution_id));
+    }
+
+    /// Whether the current execution is being run by another live adapter process (the one an
+    /// upgrade replaces, still draining): neither waiting nor ended, and its owner alive.
+    pub(crate) fn running_elsewhere(&self) -> bool {
+        self.execution.as_ref().is_some_and(|e| {
+            e.pending.is_empty()
+                && !self.is_terminal(&e.execution_id)
+                && e.owner
+                    .as_deref()
+                    .is_some_and(super::owner::is_another_live_process)
+        })
     }
 
     pub(crate) fn pending_count(&self) -> usize {

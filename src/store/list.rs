@@ -19,9 +19,10 @@ pub(crate) const MAX_LIMIT: usize = 100;
 const BUILD_WAIT: Duration = Duration::from_secs(10);
 
 /// A thread's state as the thread lookup names it (`observe::thread_status`): a run in progress
-/// is `running`, an execution with pending interrupts `waiting`, anything else `idle`.
+/// is `running` (here, or in an upgrade's old process), an execution with pending interrupts
+/// `waiting`, anything else `idle`.
 fn state_of(doc: &ThreadDoc, running: bool) -> &'static str {
-    if running {
+    if running || doc.running_elsewhere() {
         "running"
     } else if doc.pending_count() > 0 {
         "waiting"

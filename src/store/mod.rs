@@ -13,6 +13,7 @@ mod cursor;
 mod doc;
 mod index;
 mod list;
+mod owner;
 mod scan;
 mod used;
 
@@ -21,6 +22,7 @@ use crate::ids;
 pub(crate) use doc::{AppliedDigest, Execution, Pending, Recorded, ThreadDoc};
 use index::ThreadIndex;
 pub(crate) use list::parse_limit;
+pub(crate) use owner::this_process;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -91,6 +93,12 @@ impl Store {
         self.index_scan.call_once(|| {
             scan::scan_in_background(self.dir.clone(), self.index.clone());
         });
+    }
+
+    /// Adds to the thread index the threads written since `since_ms` by another process (an
+    /// upgrade's old one, while it drained), in the background.
+    pub fn rescan_since(&self, since_ms: u64) {
+        scan::rescan_in_background(self.dir.clone(), self.index.clone(), since_ms);
     }
 
     pub(crate) fn path_of(&self, thread_id: &str) -> PathBuf {
@@ -432,6 +440,7 @@ mod tests {
                 text_snapshot_digests: Vec::new(),
                 run_mode: Recorded::Absent,
                 pipeline_name: Recorded::Absent,
+                owner: None,
             });
             doc.applied_resume_digests.push(AppliedDigest {
                 digest: "d".into(),

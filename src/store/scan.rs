@@ -71,7 +71,7 @@ pub(crate) fn scan_in_background(dir: std::path::PathBuf, index: Arc<ThreadIndex
             move || {
                 yield_to_requests();
                 let started = std::time::Instant::now();
-                let found = scan(&dir, &index);
+                let found = scan(&dir, &index, 0);
                 index.mark_built();
                 log::info!(
                     "thread index: {found} user-bound thread(s) in {:?}",
@@ -81,7 +81,7 @@ pub(crate) fn scan_in_background(dir: std::path::PathBuf, index: Arc<ThreadIndex
         });
     if let Err(e) = spawned {
         log::error!("cannot start the thread index scan ({e}); scanning now");
-        scan(&dir, &index);
+        scan(&dir, &index, 0);
         index.mark_built();
     }
 }
@@ -99,8 +99,23 @@ fn yield_to_requests() {
     }
 }
 
-/// Records every user-bound thread of `dir`; returns how many.
-fn scan(dir: &Path, index: &ThreadIndex) -> usize {
+/// Records the threads whose state file was written at or after `since` (ms), in a thread of
+/// its own: after an upgrade, those the old process wrote while it drained.
+pub(crate) fn rescan_in_background(dir: std::path::PathBuf, index: Arc<ThreadIndex>, since: u64) {
+    let spawned = std::thread::Builder::new()
+        .name("thread-index".into())
+        .spawn(move || {
+            yield_to_requests();
+            let found = scan(&dir, &index, since);
+            log::info!("thread index: {found} thread(s) written by the previous process added");
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot start the thread index rescan: {e}");
+    }
+}
+
+/// Records every user-bound thread of `dir` written at or after `since` (ms); returns how many.
+fn scan(dir: &Path, index: &ThreadIndex, since: u64) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
@@ -114,7 +129,7 @@ fn scan(dir: &Path, index: &ThreadIndex) -> usize {
         };
         if let Some((thread_id, user_id, stamp)) = read_binding(&entry.path(), &mut buf) {
             // A file copied under another thread's name is not that thread (`Store::load`).
-            if ids::thread_key(&thread_id) == key {
+            if ids::thread_key(&thread_id) == key && stamp >= since {
                 batch.push((key.to_string(), thread_id, user_id, stamp));
             }
         }
@@ -237,7 +252,7 @@ mod tests {
         std::fs::write(dir.join("f.json"), late).unwrap();
         std::fs::write(dir.join(".atomicwrite-tmp"), doc("e", "\"alice\"")).unwrap();
         let index = ThreadIndex::default();
-        assert_eq!(scan(&dir, &index), 2);
+        assert_eq!(scan(&dir, &index, 0), 2);
         let page = index.page("alice", None, 10);
         let listed: Vec<&str> = page.rows.iter().map(|r| r.thread_id.as_str()).collect();
         assert_eq!(listed.len(), 2);

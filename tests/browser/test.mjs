@@ -549,6 +549,60 @@ async function threadListAfterRestart(browser) {
   }
 }
 
+/** The adapter upgraded (SIGUSR2) while one tab streams a turn and another waits at an approval:
+ *  the turn ends complete in its tab, the approval is answered by the new process once the old
+ *  one drained and exited, and the next turn runs there. */
+async function upgradeAcrossATurnAndAnApproval(browser) {
+  const state = `${WORK}/state-upgrade`;
+  const port = await freePort();
+  const old = await ownAdapter(state, port);
+  const adapter = `http://127.0.0.1:${port}`;
+  const logFrom = fs.statSync(`${WORK}/adapter-restart.log`).size;
+  const logged = () => fs.readFileSync(`${WORK}/adapter-restart.log`, "utf8").slice(logFrom);
+  const [streaming, waiting] = [await browser.newPage(), await browser.newPage()];
+  let successor = null;
+  try {
+    await streaming.goto(consoleUrl({ adapter }));
+    await send(streaming, "scenario:console-slow-upgrade");
+    await waitText(streaming, "Still working.");
+    await waiting.goto(consoleUrl({ adapter }));
+    await send(waiting, "scenario:permission");
+    await waitStatus(waiting, "waiting");
+    await waiting.waitForSelector("#approval.shown", { timeout: WAIT_MS });
+    const exited = new Promise((r) => old.once("exit", r));
+    const signalled = Date.now();
+    old.kill("SIGUSR2");
+    for (let i = 0; i < 200 && !/upgrade: pid \d+ serves/.test(logged()); i++) await new Promise((r) => setTimeout(r, 50));
+    const m = logged().match(/upgrade: pid (\d+) serves after ([^;]+);/);
+    check(m, `the new process did not come up: ${logged().slice(-2000)}`);
+    successor = Number(m[1]);
+    const handover = Date.now() - signalled;
+    await shot(streaming, "upgrade-streaming-across");
+    await openGate("console-slow-upgrade");
+    await waitText(streaming, "Finished after the wait.");
+    await waitStatus(streaming, "done");
+    const text = await assistantText(streaming);
+    check(text === FULL_SLOW_TEXT, `the turn across the upgrade: ${JSON.stringify(text)}`);
+    await exited;
+    await waiting.bringToFront(); // a page behind another tab gets no animation frames
+    await waiting.click('#approval button[data-choice="allow"]');
+    await waitStatus(waiting, "done");
+    check(!(await waiting.$("#approval.shown")), "the card stayed after the answer");
+    await shot(waiting, "upgrade-approval-answered-by-the-new-process");
+    await send(streaming, "scenario:normal");
+    await waitStatus(streaming, "done");
+    // The feed reconnected to the new process meanwhile (a gap run): nothing doubled or lost.
+    const after = await assistantText(streaming);
+    check(after.split(FULL_SLOW_TEXT).length === 2 && after.length > FULL_SLOW_TEXT.length, `after the next turn: ${JSON.stringify(after)}`);
+    return `handed over in ${m[2]} (${handover} ms seen from here); the turn ended complete, the old process exited, the approval was answered by pid ${successor}, the next turn ran there`;
+  } finally {
+    await streaming.close();
+    await waiting.close();
+    old.kill("SIGKILL");
+    if (successor) process.kill(successor, "SIGTERM");
+  }
+}
+
 const SCENARIOS = [
   ["streamed turn (text, reasoning, tool call) through nginx", streamedTurn],
   ["approval: Allow", (b) => approve(b, "allow")],
@@ -567,6 +621,7 @@ const SCENARIOS = [
   ["an answered approval shown as answered (allow, deny), also after a reload", answeredApproval],
   ["a second tab shows the first tab's turn as it streams (live feed)", secondTabFollowsTheFeed],
   ["the thread list after an adapter restart", threadListAfterRestart],
+  ["an upgrade (SIGUSR2) across a streaming turn and a waiting approval", upgradeAcrossATurnAndAnApproval],
 ];
 
 async function main() {

@@ -1380,6 +1380,77 @@ def scenario_m(sc: Scenario, env: Env):
     sc.expect(gone(), f"the managed kernel {kpid} outlived the adapter")
 
 
+def wait_log(child: Child, pattern: str, timeout: float):
+    """The first match of `pattern` in the child's log, once it is there (None at the timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(child.log_path, encoding="utf-8", errors="replace") as fh:
+            m = re.search(pattern, fh.read())
+        if m:
+            return m
+        time.sleep(0.05)
+    return None
+
+
+def scenario_o(sc: Scenario, env: Env):
+    """Operations (issue 26) on the real kernel, managed: a kernel drain (SIGHUP) restarts the
+    kernel while a write_file approval waits, which is answered after it; then an upgrade
+    (SIGUSR2) hands the kernel over while another approval waits, answered by the new process."""
+    port = free_port()
+    menv = dict(env.base_env)
+    menv["PATH"] = os.path.join(env.args.venv, "bin") + os.pathsep + menv.get("PATH", "")
+    menv.pop("IACCODE_A2A_HTTP_TOKEN", None)
+    child = start_child("adapter-ops", [env.args.adapter, "--host", "127.0.0.1", "--port",
+                                        str(port), "--state-dir",
+                                        os.path.join(env.tmp, "state-ops"),
+                                        "--drain-timeout", "60"],
+                        menv, env.tmp, env.logs)
+    wait_health(port, child, timeout=60)
+
+    def kernels() -> list:
+        with open(child.log_path, encoding="utf-8", errors="replace") as fh:
+            return re.findall(r"started A2A kernel `[^`]*` \(pid (\d+)\)", fh.read())
+
+    before = kernels()
+    thread, run, ros = ids("ours-o1")
+    cwd = env.cwd("ours-o1")
+    first, it, call_id = start_write_turn(sc, port, thread, run, ros, cwd, "ours/o/run1")
+    started = time.monotonic()
+    os.kill(child.popen.pid, signal.SIGHUP)
+    sc.require(wait_log(child, r"turns admitted again", 90),
+               f"no end of the kernel drain in the log:\n{child.tail()}")
+    sc.note(f"kernel drain with no running turn + kernel restart: turns admitted again "
+            f"{time.monotonic() - started:.1f}s after SIGHUP")
+    after = kernels()
+    sc.expect(len(after) == len(before) + 1 and after[-1] != before[-1],
+              f"the kernel was not restarted: {before} then {after}")
+    resume_and_check_success(sc, port, thread, ros, cwd, it, call_id, "allow_once",
+                             "ours/o/resume-after-kernel-restart", first)
+    sc.expect(os.path.isfile(os.path.join(cwd, "hello.txt")),
+              "the approval answered after the kernel restart wrote no file")
+
+    thread, run, ros = ids("ours-o2")
+    cwd = env.cwd("ours-o2")
+    first, it, call_id = start_write_turn(sc, port, thread, run, ros, cwd, "ours/o/run1-upgrade")
+    started = time.monotonic()
+    os.kill(child.popen.pid, signal.SIGUSR2)
+    m = wait_log(child, r"upgrade: pid (\d+) serves after ([^;]+);", 60)
+    sc.require(m, f"the new process did not come up:\n{child.tail()}")
+    sc.note(f"upgrade: pid {m.group(1)} serves after {m.group(2)} "
+            f"({time.monotonic() - started:.1f}s after SIGUSR2, seen from here)")
+    try:
+        child.popen.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        sc.require(False, f"the old process did not exit after draining:\n{child.tail()}")
+    sc.expect(kernels() == after, f"a kernel was started at the upgrade: {kernels()}")
+    sc.expect(wait_log(child, r"adopted the A2A kernel", 5),
+              f"the new process did not adopt the kernel:\n{child.tail()}")
+    resume_and_check_success(sc, port, thread, ros, cwd, it, call_id, "allow_once",
+                             "ours/o/resume-after-upgrade", first)
+    sc.expect(os.path.isfile(os.path.join(cwd, "hello.txt")),
+              "the approval answered after the upgrade wrote no file")
+
+
 # --------------------------------------------------------------------------------------------
 # f: validation with the ag-ui-protocol pydantic models (in a subprocess, so that the venv's
 #    0.1.20 and the 1.0.0 copy under $VENV/ag-ui-protocol-1.0.0 can both be used)
@@ -2948,6 +3019,13 @@ def main() -> int:
             ok = not failed
             print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
             return 0 if ok else 1
+        if os.environ.get("REAL_KERNEL_OPS") == "only":   # the operations scenario alone
+            run_scenario("o", "kernel restart and adapter upgrade with approvals waiting",
+                         scenario_o, env)
+            failed = [r for r in RESULTS if r.status == "FAIL"]
+            ok = not failed
+            print(f"real-kernel: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+            return 0 if ok else 1
         if os.environ.get("REAL_KERNEL_RESUME") == "only":   # the resume scenarios alone
             run_scenario("r", "resumable streams", scenario_r, env)
             run_scenario("r4", "no grace: a client that left frees its thread", scenario_r4,
@@ -2965,6 +3043,8 @@ def main() -> int:
                      port)
         run_scenario("m", "default managed kernel: token, thinking exposure, REASONING_*",
                      scenario_m, env)
+        run_scenario("o", "kernel restart and adapter upgrade with approvals waiting",
+                     scenario_o, env)
         run_scenario("h", "conversation kept: three turns (approval, reasoning, pipeline) equal "
                           "to the streams, idle join, SIGKILL mid-turn", scenario_h, env)
         if os.environ.get("REAL_KERNEL_PIPELINE") != "0":   # REAL_KERNEL_PIPELINE=0 skips it

@@ -11,6 +11,10 @@ use std::time::Instant;
 
 use crate::common::{HTTPVersion, Method};
 use crate::util::conn_ctl::error_response;
+
+/// How long a connection of a draining server waits for a next request once its response is
+/// written (iac-code-agui patch).
+const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 use crate::util::{ConnCtl, RefinedTcpStream};
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::{Limits, Request};
@@ -101,6 +105,7 @@ impl ClientConnection {
     /// Waits for the first byte of the next request, at most `keepalive_timeout` of idleness.
     fn wait_first_byte(&mut self) -> Result<u8, ReadError> {
         self.ctl.set_read_timeout(self.limits.keepalive_timeout);
+        self.wait_shorter_when_draining();
         // iac-code-agui patch: a response still being written may be a long stream, and this
         // thread then waits as long: the application may give back its unused stack first
         if self.sink.in_flight() > 0 {
@@ -116,10 +121,22 @@ impl ClientConnection {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 // a response still being written (a long stream) means the connection is busy,
                 // not idle: keep waiting
-                Err(e) if is_timeout(&e) && self.sink.in_flight() > 0 => continue,
+                Err(e) if is_timeout(&e) && self.sink.in_flight() > 0 => {
+                    self.wait_shorter_when_draining();
+                    continue;
+                }
                 Err(e) if is_timeout(&e) => Err(ReadError::Idle),
                 Err(e) => Err(ReadError::ReadIoError(e)),
             };
+        }
+    }
+
+    /// iac-code-agui patch: once the server drains, an idle connection is closed soon after its
+    /// response ends (within `DRAIN_POLL`), not at the keep-alive timeout: its client's next
+    /// request then goes to the process that took over.
+    fn wait_shorter_when_draining(&self) {
+        if self.limits.draining.load(std::sync::atomic::Ordering::Relaxed) {
+            self.ctl.set_read_timeout(Some(DRAIN_POLL));
         }
     }
 

@@ -236,6 +236,12 @@ pub struct Limits {
     /// response on its connection is still being written (a long stream keeps it waiting that
     /// long): the application can give back what the thread's stack no longer uses.
     pub on_stream_wait: Option<fn()>,
+    /// iac-code-agui patch: set once another process took over the listening socket (a
+    /// zero-downtime upgrade): the accept thread stops accepting (the other process accepts
+    /// from the shared queue), and each connection ends once its response is written, instead
+    /// of waiting for another request. Accepting stops within the listener's `SO_RCVTIMEO`
+    /// (an accept that times out is retried quietly).
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for Limits {
@@ -252,6 +258,7 @@ impl Default for Limits {
             error_body: Arc::new(|_| (Vec::new(), "text/plain")),
             thread_stack: None,
             on_stream_wait: None,
+            draining: Arc::default(),
         }
     }
 }
@@ -394,12 +401,14 @@ impl Server {
                 // iac-code-agui patch: a failed accept (EMFILE, ENFILE, ENOMEM, ECONNABORTED...)
                 // used to end this thread, and with it the server; now it is retried with backoff
                 let mut backoff = None;
-                while !inside_close_trigger.load(Relaxed) {
+                while !inside_close_trigger.load(Relaxed) && !limits.draining.load(Relaxed) {
                     let sock = match server.accept() {
                         Ok((sock, _)) => {
                             backoff = None;
                             sock
                         }
+                        // the listener's SO_RCVTIMEO: a chance to see `draining`
+                        Err(e) if e.kind() == IoErrorKind::WouldBlock => continue,
                         Err(e) => {
                             let pause = util::conn_ctl::accept_backoff(backoff);
                             backoff = Some(pause);
@@ -429,6 +438,9 @@ impl Server {
                         }
                     };
                     let _ = sock.set_write_timeout(limits.write_timeout.filter(|t| !t.is_zero()));
+                    // an accepted socket inherits the listener's SO_RCVTIMEO (see `draining`);
+                    // its reads get their own timeouts
+                    let _ = sock.set_read_timeout(None);
 
                     use util::{ConnCtl, RefinedTcpStream};
                     let (read_closable, write_closable, ctl) = match ssl {

@@ -30,6 +30,7 @@ fn small_limits() -> Limits {
         }),
         thread_stack: Some(256 * 1024),
         on_stream_wait: None,
+        draining: Arc::default(),
     }
 }
 
@@ -596,4 +597,64 @@ fn a_held_response_shares_the_socket_and_its_connection_thread_is_told_it_waits(
     let mut got = [0u8; 64];
     let n = client.read(&mut got).unwrap();
     assert!(String::from_utf8_lossy(&got[..n]).ends_with("hi"));
+}
+
+/// Patch 11: once `draining` is set, the server stops accepting (within the listener's
+/// `SO_RCVTIMEO`), and a connection is closed once its response is written instead of waiting
+/// for another request.
+#[cfg(unix)]
+#[test]
+fn a_draining_server_stops_accepting_and_closes_its_idle_connections() {
+    use std::os::unix::io::AsRawFd;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 100_000,
+    };
+    // SAFETY: setsockopt(2) on our own listener with a local timeval.
+    unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
+    // The other process's descriptor of the shared socket: the drained server's accept thread
+    // drops its own when it ends.
+    let _other = listener.try_clone().unwrap();
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let limits = Limits {
+        keepalive_timeout: Some(Duration::from_secs(5)),
+        draining: draining.clone(),
+        ..small_limits()
+    };
+    let server = Arc::new(Server::from_listener_with_limits(listener, None, limits).unwrap());
+    let s = server.clone();
+    thread::spawn(move || {
+        while let Ok(rq) = s.recv() {
+            let _ = rq.respond(Response::from_string("ok"));
+        }
+    });
+    let mut idle = connect(addr);
+    idle.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+    let mut buf = [0u8; 512];
+    assert!(idle.read(&mut buf).unwrap() > 0);
+    draining.store(true, std::sync::atomic::Ordering::SeqCst);
+    thread::sleep(Duration::from_millis(300));
+    // Queued by the kernel, never accepted: no answer.
+    let mut late = connect(addr);
+    late.set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
+    late.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+    assert!(late.read(&mut buf).is_err(), "a connection was accepted while draining");
+    // A connection accepted before still gets its request answered, then it is closed at once
+    // (100 ms), not after the keep-alive timeout (5 s).
+    idle.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+    assert!(idle.read(&mut buf).unwrap() > 0);
+    let started = Instant::now();
+    assert_eq!(idle.read(&mut buf).unwrap_or(usize::MAX), 0, "not closed");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
 }

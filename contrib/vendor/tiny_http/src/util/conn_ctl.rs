@@ -162,12 +162,15 @@ impl Drop for ConnSlot {
 /// body `error_body` builds (never anything taken from the request, such as its URL).
 pub(crate) fn error_response(status: u16, error_body: &crate::ErrorBody) -> Vec<u8> {
     let (body, content_type) = error_body(status);
+    // iac-code-agui patch: a 503 (the connection cap) is worth retrying at once
+    let retry = if status == 503 { "Retry-After: 1\r\n" } else { "" };
     let mut out = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
         status,
         StatusCode(status).default_reason_phrase(),
         content_type,
-        body.len()
+        body.len(),
+        retry
     )
     .into_bytes();
     out.extend_from_slice(&body);
