@@ -93,6 +93,26 @@ pub(crate) fn release_unused_stack() {
     }
 }
 
+/// The whole pages inside `buf` are given back to the system (`MADV_DONTNEED`): the buffer stays
+/// allocated, and those pages read as zeros when next touched. For a long-lived buffer that sits
+/// unused (a held run's upstream buffers): freeing it would leave a hole in glibc's arena, still
+/// resident. Its contents are lost: only for a buffer whose bytes no longer matter.
+pub(crate) fn release_pages(buf: &mut [u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        let low = buf.as_mut_ptr() as usize;
+        let start = (low + PAGE - 1) & !(PAGE - 1);
+        let end = (low + buf.len()) & !(PAGE - 1);
+        if end > start {
+            // SAFETY: [start, end) lies inside `buf`, which this call borrows mutably, so no one
+            // reads it meanwhile; anonymous private pages read back as zeros, a valid `u8` each.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+            }
+        }
+    }
+}
+
 const PAGE: usize = 4096;
 /// What stays below the caller's frame: this function's own frame and the libc calls it makes
 /// (a few hundred bytes; the kernel's side of madvise does not use this stack).
@@ -127,6 +147,18 @@ mod tests {
             .join()
             .unwrap();
         assert!(live.iter().all(|b| *b == 7));
+    }
+
+    #[test]
+    fn released_pages_read_as_zeros_and_the_buffer_stays_usable() {
+        let mut buf = vec![7u8; 64 * 1024];
+        super::release_pages(&mut buf[..100]);
+        // A slice holding no whole page keeps its bytes; the whole pages of the rest read as zeros.
+        assert!(buf[..100].iter().all(|b| *b == 7));
+        super::release_pages(&mut buf);
+        assert_eq!(buf[32 * 1024], 0);
+        buf.fill(3);
+        assert!(buf.iter().all(|b| *b == 3));
     }
 
     #[test]
