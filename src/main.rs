@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn main() {
-    // Before any thread: large blocks in mappings of their own, freed memory given back.
+    // Before any thread: no per-thread caches of freed blocks (this binary executed again with
+    // the glibc tunable), large blocks in mappings of their own, freed memory given back.
+    iac_code_agui::memory::exec_without_thread_caches();
     iac_code_agui::memory::tune();
     let mut config = parse_command_line();
     init_logging(&config);

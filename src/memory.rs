@@ -25,6 +25,58 @@ thread_local! {
     static LARGE: Cell<bool> = const { Cell::new(false) };
 }
 
+/// The glibc tunable that turns off the per-thread caches of freed blocks (tcache).
+const NO_TCACHE: &str = "glibc.malloc.tcache_count=0";
+/// Set across the re-execution: `=` and the caller's `GLIBC_TUNABLES`, or empty if it had none.
+const TUNED: &str = "IAC_CODE_AGUI_MALLOC_TUNED";
+
+/// At start-up, before any thread: glibc's per-thread caches of freed blocks turned off, by
+/// executing this binary again with `GLIBC_TUNABLES` (read only when a process starts; no
+/// `mallopt` sets it). Why: each thread keeps up to 7 freed blocks per size class for itself,
+/// never given to another thread nor back to the system, and a held run's thread freed many
+/// small blocks during its admission: ~10 KiB resident a held run, 100 MiB at 10,000
+/// (benches/REPORT.md, issue 27). The caches speed up a thread that frees and allocates the
+/// same sizes again, which the relay does not do per frame. The caller's own `GLIBC_TUNABLES`
+/// wins when it sets the cache (as `glibc.malloc.tcache_count`), and the kernel and other child
+/// processes get the caller's value back. Not called by the library's tests.
+pub fn exec_without_thread_caches() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        use std::os::unix::process::CommandExt;
+        if let Some(before) = std::env::var_os(TUNED) {
+            // The second start: the caller's environment back, for the processes we start.
+            match before.to_str().and_then(|b| b.strip_prefix('=')) {
+                Some(value) => std::env::set_var("GLIBC_TUNABLES", value),
+                None => std::env::remove_var("GLIBC_TUNABLES"),
+            }
+            std::env::remove_var(TUNED);
+            return;
+        }
+        let before = std::env::var("GLIBC_TUNABLES").ok();
+        if before
+            .as_deref()
+            .is_some_and(|t| t.contains("glibc.malloc.tcache_count"))
+        {
+            return;
+        }
+        let tunables = match &before {
+            Some(t) if !t.is_empty() => format!("{t}:{NO_TCACHE}"),
+            _ => NO_TCACHE.to_string(),
+        };
+        let mark = before.as_ref().map_or(String::new(), |t| format!("={t}"));
+        let mut args = std::env::args_os();
+        let argv0 = args.next().unwrap_or_default();
+        let err = std::process::Command::new("/proc/self/exe")
+            .arg0(argv0)
+            .args(args)
+            .env("GLIBC_TUNABLES", tunables)
+            .env(TUNED, mark)
+            .exec();
+        // Not executed again (no /proc): the caches stay; nothing else changes.
+        eprintln!("iac-code-agui: running with glibc's thread caches ({err})");
+    }
+}
+
 /// At start-up, before any thread: the thresholds above. Not called by the library's tests.
 pub fn tune() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
