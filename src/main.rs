@@ -112,9 +112,9 @@ fn install_signal_handlers() {
     }
 }
 
-/// What the host's limits hold, checked before any connection: each held run costs 3 descriptors
-/// (its client connection, its upstream stream and its thread's conversation log; a managed
-/// kernel is its own process) and 1 thread (the run's: its connection waits parked, without
+/// What the host's limits hold, checked before any connection: each held run costs 2 descriptors
+/// (its client connection and its upstream stream; its conversation log is closed while it
+/// waits, and a managed kernel is its own process) and 1 thread (the run's: its connection waits parked, without
 /// one), each thread 4 memory mappings (its stack and guard page, and the alternate signal stack
 /// and its guard page Rust gives every thread). The open-file limit is raised to the hard limit (an unprivileged process cannot go
 /// further); `vm.max_map_count` is the host's. Out of descriptors, an accept or a connect fails
@@ -169,8 +169,8 @@ const MAP_RESERVE: u64 = 2_000;
 /// their cancels need mappings too (when these were not counted, 7,941 runs here, only 457 of the
 /// cancels got a thread).
 const MAPS_PER_RUN: u64 = 8;
-/// A run's descriptors: its client connection, its upstream stream, its conversation's log.
-const FDS_PER_RUN: u64 = 3;
+/// A held run's descriptors: its client connection and its upstream stream.
+const FDS_PER_RUN: u64 = 2;
 
 /// How many runs fit in `limit` open files.
 fn runs_within(limit: u64) -> u64 {

@@ -10,7 +10,7 @@
 //! trim threshold returns a heap's free top, and `malloc_trim(0)` after a large request returns
 //! the free pages inside every arena. All of it is plain glibc (also in a crt-static build).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 /// Blocks from this size on get a mapping of their own, unmapped when freed (glibc's default is
 /// 128 KiB, but dynamic; setting it also fixes the trim threshold).
@@ -23,6 +23,24 @@ pub(crate) const LARGE_BODY: usize = 1024 * 1024;
 thread_local! {
     /// This thread read a large body (its request trims the allocator when it ends).
     static LARGE: Cell<bool> = const { Cell::new(false) };
+    /// What this thread gives back when it starts waiting idle (a run: its conversation log).
+    static ON_IDLE: RefCell<Option<Box<dyn Fn()>>> = const { RefCell::new(None) };
+}
+
+/// Sets (or clears) what this thread gives back when it waits idle: see [`idle`].
+pub(crate) fn on_idle(hook: Option<Box<dyn Fn()>>) {
+    ON_IDLE.with(|h| *h.borrow_mut() = hook);
+}
+
+/// This thread starts a long wait with nothing to do (a held run whose upstream is silent): what
+/// it registered with [`on_idle`] is given back now (a descriptor, a buffer), and taken again
+/// when it is next needed.
+pub(crate) fn idle() {
+    ON_IDLE.with(|h| {
+        if let Some(hook) = h.borrow().as_ref() {
+            hook();
+        }
+    });
 }
 
 /// The glibc tunable that turns off the per-thread caches of freed blocks (tcache).

@@ -178,8 +178,10 @@ impl Transport for LeanTransport {
             let first = left.map_or(IDLE_RELEASE, |l| l.min(IDLE_RELEASE));
             let mut ready = self.wait_readable(Some(first))?;
             if !ready && left.is_none_or(|l| l > first) {
-                // Silent for a while: what it would read into is given back until bytes come.
+                // Silent for a while: what it would read into is given back until bytes come,
+                // and what the thread registered for its idle waits (its conversation log).
                 self.bufs.release_idle();
+                crate::memory::idle();
                 ready = self.wait_readable(left.map(|l| l - first))?;
             }
             if !ready {
