@@ -26,6 +26,9 @@ fn main() {
         kernel::guard_main();
     }
     // Before any thread: large blocks in mappings of their own, freed memory given back.
+    // Before any thread: no per-thread caches of freed blocks (this binary executed again with
+    // the glibc tunable), large blocks in mappings of their own, freed memory given back.
+    iac_code_agui::memory::exec_without_thread_caches();
     iac_code_agui::memory::tune();
     upgrade::remember_binary();
     let mut inherited = upgrade::take_inherited();
@@ -154,10 +157,10 @@ fn install_signal_handlers() {
 }
 
 /// What the host's limits hold, checked before any connection: each held run costs 2 descriptors
-/// (its client connection and its upstream stream; a managed kernel is its own process) and 2
-/// threads (tiny_http's connection thread and the run's), each thread 4 memory mappings (its
-/// stack and guard page, and the alternate signal stack and its guard page Rust gives every
-/// thread). The open-file limit is raised to the hard limit (an unprivileged process cannot go
+/// (its client connection and its upstream stream; its conversation log is closed while it
+/// waits, and a managed kernel is its own process) and 1 thread (the run's: its connection waits parked, without
+/// one), each thread 4 memory mappings (its stack and guard page, and the alternate signal stack
+/// and its guard page Rust gives every thread). The open-file limit is raised to the hard limit (an unprivileged process cannot go
 /// further); `vm.max_map_count` is the host's. Out of descriptors, an accept or a connect fails
 /// and is answered; out of mappings, a new thread cannot get its stacks and Rust aborts the whole
 /// process, so `--max-connections` is lowered to what the mappings hold (beyond it a fast 503),
@@ -170,9 +173,9 @@ fn fit_host_limits(config: &mut Config) {
     let by_maps = maps.map_or(u64::MAX, |m| m.saturating_sub(MAP_RESERVE) / MAPS_PER_RUN);
     let room = by_fds.min(by_maps);
     let limits = format!(
-        "open-file limit {} (2 a run: room for {by_fds} runs), vm.max_map_count {} (12 a run: \
-         room for {} runs)",
-        by_fds * 2 + FD_RESERVE,
+        "open-file limit {} ({FDS_PER_RUN} a run: room for {by_fds} runs), vm.max_map_count {} \
+         ({MAPS_PER_RUN} a run: room for {} runs)",
+        by_fds * FDS_PER_RUN + FD_RESERVE,
         maps.map_or("unknown".into(), |m| m.to_string()),
         if by_maps == u64::MAX {
             "?".into()
@@ -205,14 +208,17 @@ const RUNS_WANTED: u64 = 10_000;
 const FD_RESERVE: u64 = 64;
 /// Mappings that are not a run's: the binary and libraries, malloc arenas, the other threads.
 const MAP_RESERVE: u64 = 2_000;
-/// A run's mappings: 2 threads × (stack, its guard, signal stack, its guard), and a third thread
-/// for a moment when its client leaves (the `CancelTask`): when thousands leave at once, their
-/// cancels need mappings too (at 8 a run, 7,941 runs here, only 457 of the cancels got a thread).
-const MAPS_PER_RUN: u64 = 12;
+/// A run's mappings: its thread's (stack, its guard, signal stack, its guard), and a second
+/// thread for a moment when its client leaves (the `CancelTask`): when thousands leave at once,
+/// their cancels need mappings too (when these were not counted, 7,941 runs here, only 457 of the
+/// cancels got a thread).
+const MAPS_PER_RUN: u64 = 8;
+/// A held run's descriptors: its client connection and its upstream stream.
+const FDS_PER_RUN: u64 = 2;
 
 /// How many runs fit in `limit` open files.
 fn runs_within(limit: u64) -> u64 {
-    limit.saturating_sub(FD_RESERVE) / 2
+    limit.saturating_sub(FD_RESERVE) / FDS_PER_RUN
 }
 
 /// The soft open-file limit raised to the hard limit; the limit in force.

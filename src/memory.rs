@@ -10,7 +10,7 @@
 //! trim threshold returns a heap's free top, and `malloc_trim(0)` after a large request returns
 //! the free pages inside every arena. All of it is plain glibc (also in a crt-static build).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 /// Blocks from this size on get a mapping of their own, unmapped when freed (glibc's default is
 /// 128 KiB, but dynamic; setting it also fixes the trim threshold).
@@ -23,6 +23,76 @@ pub(crate) const LARGE_BODY: usize = 1024 * 1024;
 thread_local! {
     /// This thread read a large body (its request trims the allocator when it ends).
     static LARGE: Cell<bool> = const { Cell::new(false) };
+    /// What this thread gives back when it starts waiting idle (a run: its conversation log).
+    static ON_IDLE: RefCell<Option<Box<dyn Fn()>>> = const { RefCell::new(None) };
+}
+
+/// Sets (or clears) what this thread gives back when it waits idle: see [`idle`].
+pub(crate) fn on_idle(hook: Option<Box<dyn Fn()>>) {
+    ON_IDLE.with(|h| *h.borrow_mut() = hook);
+}
+
+/// This thread starts a long wait with nothing to do (a held run whose upstream is silent): what
+/// it registered with [`on_idle`] is given back now (a descriptor, a buffer), and taken again
+/// when it is next needed.
+pub(crate) fn idle() {
+    ON_IDLE.with(|h| {
+        if let Some(hook) = h.borrow().as_ref() {
+            hook();
+        }
+    });
+}
+
+/// The glibc tunable that turns off the per-thread caches of freed blocks (tcache).
+const NO_TCACHE: &str = "glibc.malloc.tcache_count=0";
+/// Set across the re-execution: `=` and the caller's `GLIBC_TUNABLES`, or empty if it had none.
+const TUNED: &str = "IAC_CODE_AGUI_MALLOC_TUNED";
+
+/// At start-up, before any thread: glibc's per-thread caches of freed blocks turned off, by
+/// executing this binary again with `GLIBC_TUNABLES` (read only when a process starts; no
+/// `mallopt` sets it). Why: each thread keeps up to 7 freed blocks per size class for itself,
+/// never given to another thread nor back to the system, and a held run's thread freed many
+/// small blocks during its admission: ~10 KiB resident a held run, 100 MiB at 10,000
+/// (benches/REPORT.md, issue 27). The caches speed up a thread that frees and allocates the
+/// same sizes again, which the relay does not do per frame. The caller's own `GLIBC_TUNABLES`
+/// wins when it sets the cache (as `glibc.malloc.tcache_count`), and the kernel and other child
+/// processes get the caller's value back. Not called by the library's tests.
+pub fn exec_without_thread_caches() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        use std::os::unix::process::CommandExt;
+        if let Some(before) = std::env::var_os(TUNED) {
+            // The second start: the caller's environment back, for the processes we start.
+            match before.to_str().and_then(|b| b.strip_prefix('=')) {
+                Some(value) => std::env::set_var("GLIBC_TUNABLES", value),
+                None => std::env::remove_var("GLIBC_TUNABLES"),
+            }
+            std::env::remove_var(TUNED);
+            return;
+        }
+        let before = std::env::var("GLIBC_TUNABLES").ok();
+        if before
+            .as_deref()
+            .is_some_and(|t| t.contains("glibc.malloc.tcache_count"))
+        {
+            return;
+        }
+        let tunables = match &before {
+            Some(t) if !t.is_empty() => format!("{t}:{NO_TCACHE}"),
+            _ => NO_TCACHE.to_string(),
+        };
+        let mark = before.as_ref().map_or(String::new(), |t| format!("={t}"));
+        let mut args = std::env::args_os();
+        let argv0 = args.next().unwrap_or_default();
+        let err = std::process::Command::new("/proc/self/exe")
+            .arg0(argv0)
+            .args(args)
+            .env("GLIBC_TUNABLES", tunables)
+            .env(TUNED, mark)
+            .exec();
+        // Not executed again (no /proc): the caches stay; nothing else changes.
+        eprintln!("iac-code-agui: running with glibc's thread caches ({err})");
+    }
 }
 
 /// At start-up, before any thread: the thresholds above. Not called by the library's tests.
@@ -93,6 +163,26 @@ pub(crate) fn release_unused_stack() {
     }
 }
 
+/// The whole pages inside `buf` are given back to the system (`MADV_DONTNEED`): the buffer stays
+/// allocated, and those pages read as zeros when next touched. For a long-lived buffer that sits
+/// unused (a held run's upstream buffers): freeing it would leave a hole in glibc's arena, still
+/// resident. Its contents are lost: only for a buffer whose bytes no longer matter.
+pub(crate) fn release_pages(buf: &mut [u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        let low = buf.as_mut_ptr() as usize;
+        let start = (low + PAGE - 1) & !(PAGE - 1);
+        let end = (low + buf.len()) & !(PAGE - 1);
+        if end > start {
+            // SAFETY: [start, end) lies inside `buf`, which this call borrows mutably, so no one
+            // reads it meanwhile; anonymous private pages read back as zeros, a valid `u8` each.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+            }
+        }
+    }
+}
+
 const PAGE: usize = 4096;
 /// What stays below the caller's frame: this function's own frame and the libc calls it makes
 /// (a few hundred bytes; the kernel's side of madvise does not use this stack).
@@ -127,6 +217,18 @@ mod tests {
             .join()
             .unwrap();
         assert!(live.iter().all(|b| *b == 7));
+    }
+
+    #[test]
+    fn released_pages_read_as_zeros_and_the_buffer_stays_usable() {
+        let mut buf = vec![7u8; 64 * 1024];
+        super::release_pages(&mut buf[..100]);
+        // A slice holding no whole page keeps its bytes; the whole pages of the rest read as zeros.
+        assert!(buf[..100].iter().all(|b| *b == 7));
+        super::release_pages(&mut buf);
+        assert_eq!(buf[32 * 1024], 0);
+        buf.fill(3);
+        assert!(buf.iter().all(|b| *b == 3));
     }
 
     #[test]

@@ -128,6 +128,14 @@ fn start_managed_with(
     name: &str,
     extra: &[&str],
 ) -> (std::process::Child, String, PathBuf, String) {
+    start_managed_env(name, extra, &[])
+}
+
+fn start_managed_env(
+    name: &str,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> (std::process::Child, String, PathBuf, String) {
     let root = temp_dir(name);
     // No LLM settings anywhere: the start-up warning must say so.
     let config_dir = root.join("config");
@@ -145,6 +153,7 @@ fn start_managed_with(
         .env("IAC_CODE_AGUI_ALLOWED_CWDS", root.to_str().unwrap())
         .env("IAC_CODE_CONFIG_DIR", &config_dir)
         .env_remove("IAC_CODE_API_KEY")
+        .envs(envs.iter().copied())
         .stderr(std::fs::File::create(&log).unwrap())
         .stdout(Stdio::null())
         .spawn()
@@ -169,6 +178,43 @@ fn the_managed_kernel_serves_runs_and_stops_with_the_adapter() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(eventually(10, || !alive(pid)), "kernel {pid} left running");
+}
+
+/// A process's environment as it started (what `/proc/<pid>/environ` holds).
+fn environ(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap()
+        .split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect()
+}
+
+/// The adapter runs without glibc's per-thread caches (executed again with the tunable, added to
+/// the caller's), and the kernel it starts gets the caller's `GLIBC_TUNABLES` back, unchanged.
+#[test]
+fn the_adapter_runs_without_thread_caches_and_its_kernel_keeps_the_callers_tunables() {
+    let (mut child, _url, log, _) = start_managed_env(
+        "tunables",
+        &[],
+        &[("GLIBC_TUNABLES", "glibc.malloc.mxfast=64")],
+    );
+    // Executed again, marked with the caller's value (glibc's loader rewrites the tunables
+    // variable itself as it reads it, so the mark is what shows the second start).
+    let ours = environ(child.id());
+    assert!(
+        ours.contains(&"IAC_CODE_AGUI_MALLOC_TUNED==glibc.malloc.mxfast=64".to_string()),
+        "{ours:?}"
+    );
+    let (pid, _) =
+        kernel_pid(&std::fs::read_to_string(&log).unwrap()).expect("kernel start logged");
+    let kernel = environ(pid);
+    assert!(
+        kernel.contains(&"GLIBC_TUNABLES=glibc.malloc.mxfast=64".to_string()),
+        "{kernel:?}"
+    );
+    assert!(!kernel.iter().any(|v| v.starts_with("IAC_CODE_AGUI_MALLOC")));
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let _ = child.wait();
 }
 
 #[test]

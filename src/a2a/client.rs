@@ -4,6 +4,7 @@
 use super::failure::{backup_not_ready, check_status, transport, truncate};
 use super::reader::A2aStream;
 use super::rpc::{parse_rpc, rpc_of, Rpc, TASK_NOT_FOUND};
+use super::transport::LeanConnector;
 use crate::error::{Error, Msg};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -64,6 +65,15 @@ fn text_bytes(message: &Value) -> usize {
 pub(crate) const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// An agent whose connections free their buffers while the kernel is silent.
+fn lean_agent(config: ureq::config::Config) -> ureq::Agent {
+    ureq::Agent::with_parts(
+        config,
+        LeanConnector,
+        ureq::unversioned::resolver::DefaultResolver::default(),
+    )
+}
+
 impl A2aClient {
     /// `idle` bounds how long the upstream may stay silent or refuse our bytes: every read, the
     /// request head and body, and the wait for the answer's head (zero: forever). Connecting
@@ -79,9 +89,8 @@ impl A2aClient {
             .timeout_recv_response(idle)
             .timeout_per_read(idle)
             // The input buffer is every read's size (32 KiB: a fast stream is read in few reads,
-            // figure 7); the output buffer only carries the request out (8 KiB writes), yet it
-            // stays allocated as long as the stream: 24 KiB less per held run (benches/REPORT.md
-            // section 10).
+            // figure 7); the output buffer only carries the request out (8 KiB writes). Both
+            // are freed while the upstream is silent (`transport`): a held run keeps neither.
             .input_buffer_size(32 * 1024)
             .output_buffer_size(8 * 1024)
             .max_idle_connections_per_host(64)
@@ -92,7 +101,7 @@ impl A2aClient {
             .timeout_global(Some(CANCEL_TIMEOUT))
             .build();
         A2aClient {
-            agent: config.into(),
+            agent: lean_agent(config),
             control: control.into(),
             base: base.trim_end_matches('/').to_string(),
             token,
@@ -124,7 +133,7 @@ impl A2aClient {
     ///
     /// [`stop`]: A2aClient::stop
     pub(crate) fn for_run(&self) -> A2aClient {
-        let agent = ureq::Agent::new_with_config(self.agent.config().clone());
+        let agent = lean_agent(self.agent.config().clone());
         A2aClient {
             agent,
             ..self.clone()

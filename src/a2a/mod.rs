@@ -4,7 +4,8 @@
 //! leaf), `lenient` the JSON reading the view is built on, `frame` and `envelope` the view of one
 //! streamed `result` and of a pipeline envelope, `message` the outgoing message and its
 //! `metadata.iac_code`, `rpc` a JSON-RPC reply taken apart, `failure` upstream failures as the
-//! spec's three A2A codes, `reader` the stream of a streaming call, `client` the calls.
+//! spec's three A2A codes, `reader` the stream of a streaming call, `transport` the kernel connection (buffers freed
+//! while it is silent), `client` the calls.
 //!
 //! Every upstream failure becomes one of three spec codes: the service cannot be reached or stops
 //! mid-stream (`A2A_UNAVAILABLE`), it answers something that is not the protocol
@@ -19,6 +20,7 @@ mod lenient;
 mod message;
 mod reader;
 mod rpc;
+mod transport;
 
 pub(crate) use client::streaming_body;
 pub use client::A2aClient;

@@ -99,6 +99,20 @@ impl History {
         }
     }
 
+    /// Closes the thread's log while its run waits idle, made durable first (a later `sync`
+    /// finds it closed and has nothing to do); the run's next write opens it again.
+    pub(crate) fn close_idle(&self, thread_id: &str) {
+        let Some(writer) = self.inner.logs.lock().get(thread_id).cloned() else {
+            return;
+        };
+        let closed = writer.lock().take();
+        if let Some(log) = closed {
+            if let Err(e) = log.sync() {
+                log::error!("cannot sync the conversation of thread {thread_id}: {e}");
+            }
+        }
+    }
+
     /// Appends records to the thread's log (opened, with `title` when it is created).
     pub(crate) fn append<'b>(
         &self,

@@ -248,3 +248,43 @@ fn a_log_is_closed_when_its_run_ends_and_reopened_by_the_next_turn() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run waiting on a silent upstream holds no descriptor for its log: the thread's idle wait
+/// closes it (synced), and the run's next events open it again and append after what it wrote.
+#[test]
+fn a_waiting_run_closes_its_log_and_its_next_events_reopen_it() {
+    let dir = tmp("idle");
+    let h = History::new(&dir, 100);
+    h.user("t", "u1", &json!([{"text": "question"}]));
+    let mut r = Recorder::new(&h, "t");
+    r.observe(&[
+        json!({"type": "TEXT_MESSAGE_START", "messageId": "a1", "role": "assistant"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a1", "delta": "first"}),
+        json!({"type": "TEXT_MESSAGE_END", "messageId": "a1"}),
+    ]);
+    let open = |h: &History| {
+        h.inner
+            .logs
+            .lock()
+            .get("t")
+            .is_some_and(|w| w.lock().is_some())
+    };
+    assert!(open(&h), "the run's writes opened the log");
+    crate::memory::idle();
+    assert!(!open(&h), "the idle wait closed it");
+    r.observe(&[
+        json!({"type": "TEXT_MESSAGE_START", "messageId": "a2", "role": "assistant"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a2", "delta": "second"}),
+        json!({"type": "TEXT_MESSAGE_END", "messageId": "a2"}),
+        json!({"type": "RUN_FINISHED", "outcome": {"type": "success"}}),
+    ]);
+    drop(r);
+    crate::memory::idle(); // the run ended: its hook is gone, nothing happens
+    let texts: Vec<Value> = h
+        .messages("t")
+        .iter()
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(texts, [json!("question"), json!("first"), json!("second")]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -69,6 +69,10 @@ impl Recorder {
         let mut r = Recorder::detached();
         if history.keeps() {
             r.sink = Some((history.clone(), thread_id.to_string()));
+            // While the run waits on a silent upstream, its log holds no descriptor: a held
+            // run costs 2, not 3 (10,000 runs in a hard limit of 20,000 less what idles).
+            let (history, thread_id) = (history.clone(), thread_id.to_string());
+            crate::memory::on_idle(Some(Box::new(move || history.close_idle(&thread_id))));
         }
         r
     }
@@ -342,6 +346,7 @@ impl Drop for Recorder {
             self.checkpoint();
         }
         if let Some((history, thread_id)) = &self.sink {
+            crate::memory::on_idle(None);
             history.release(thread_id);
         }
     }

@@ -14,8 +14,38 @@ use crate::threadfeed::{self, Follower};
 use std::sync::Arc;
 use tiny_http::{Header, Request, Response};
 
-/// Answers `req` with what its checks decided.
-pub(super) fn answer(app: &Arc<App>, req: Request, next: Result<Next, Refusal>, cors: &Cors) {
+/// A stream that goes on after the request's checks and answer returned: it runs from the top
+/// of the thread's stack, so a held stream's live frames are its own, not the checks' (large
+/// frames stay resident for as long as a stream lasts).
+pub(super) type Stream = Box<dyn FnOnce()>;
+
+/// Answers `req` with what its checks decided; a stream is returned, to be run by the caller.
+pub(super) fn answer(
+    app: &Arc<App>,
+    req: Request,
+    next: Result<Next, Refusal>,
+    cors: Cors,
+) -> Option<Stream> {
+    // What a stream captures is boxed: calling the closure moves its captures onto the stack,
+    // where they would stay for the stream's life.
+    let (app, req, cors) = (app.clone(), Box::new(req), Box::new(cors));
+    match next {
+        Ok(Next::Run(admitted)) => Some(Box::new(move || stream_run(&app, req, *admitted, &cors))),
+        Ok(Next::Observe(observer)) => Some(Box::new(move || {
+            stream_observer(&app, req, *observer, &cors)
+        })),
+        Ok(Next::Follow(follower)) => Some(Box::new(move || {
+            stream_follower(&app, req, *follower, &cors)
+        })),
+        other => {
+            answer_now(*req, other, &cors);
+            None
+        }
+    }
+}
+
+/// The answers given at once, on the request's thread.
+fn answer_now(req: Request, next: Result<Next, Refusal>, cors: &Cors) {
     match next {
         Ok(Next::Json(v)) => {
             // tiny_http writes the head and the body apart: with Nagle's algorithm on, a body
@@ -35,9 +65,9 @@ pub(super) fn answer(app: &Arc<App>, req: Request, next: Result<Next, Refusal>, 
         Ok(Next::Preflight(headers)) => {
             let _ = req.respond(with_headers(Response::empty(204), headers));
         }
-        Ok(Next::Run(admitted)) => stream_run(app, req, *admitted, cors),
-        Ok(Next::Observe(observer)) => stream_observer(app, req, *observer, cors),
-        Ok(Next::Follow(follower)) => stream_follower(app, req, *follower, cors),
+        Ok(Next::Run(_) | Next::Observe(_) | Next::Follow(_)) => {
+            unreachable!("streams are returned by `answer`")
+        }
         Err(r) => refuse(req, &r, cors),
     }
 }
@@ -97,8 +127,8 @@ fn reply_error_with(req: Request, e: &Error, lang: Lang, cors: &Cors) {
 
 /// The run continues on this request thread, which owns the connection; admission already
 /// marked the thread busy, and dropping `admitted` on any failure releases it.
-fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted, cors: &Cors) {
-    let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
+fn stream_run(app: &Arc<App>, req: Box<Request>, admitted: Admitted, cors: &Cors) {
+    let stream = match open_stream(req, app.config.write_timeout, &cors.head()) {
         Ok(s) => s,
         Err(e) => {
             log::info!("client left before the stream started: {e}");
@@ -111,14 +141,14 @@ fn stream_run(app: &Arc<App>, req: Request, admitted: Admitted, cors: &Cors) {
 
 /// An observer continues on this request thread, like a run, with heartbeats; it holds no
 /// thread slot, so nothing is freed when it ends.
-fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors) {
+fn stream_observer(app: &Arc<App>, req: Box<Request>, observer: Observer, cors: &Cors) {
     // Which answer this is, never guessed by the client: `exact` or `join`.
     let head = format!(
         "X-AGUI-Resume: {}\r\n{}",
         observer.resume_kind(),
         cors.head()
     );
-    let stream = match SseStream::open_with(req, app.config.write_timeout, &head) {
+    let stream = match open_stream(req, app.config.write_timeout, &head) {
         Ok(s) => s,
         Err(e) => {
             log::info!("observer left before the stream started: {e}");
@@ -132,8 +162,8 @@ fn stream_observer(app: &Arc<App>, req: Request, observer: Observer, cors: &Cors
 
 /// A thread's live feed continues on this request thread, with heartbeats, until its client
 /// leaves; it holds no thread slot and no run.
-fn stream_follower(app: &Arc<App>, req: Request, follower: Follower, cors: &Cors) {
-    let stream = match SseStream::open_with(req, app.config.write_timeout, &cors.head()) {
+fn stream_follower(app: &Arc<App>, req: Box<Request>, follower: Follower, cors: &Cors) {
+    let stream = match open_stream(req, app.config.write_timeout, &cors.head()) {
         Ok(s) => s,
         Err(e) => {
             log::info!("feed client left before the stream started: {e}");
@@ -142,6 +172,17 @@ fn stream_follower(app: &Arc<App>, req: Request, follower: Follower, cors: &Cors
     };
     app.heartbeats.register(&stream);
     threadfeed::follow(follower, &stream);
+}
+
+/// The SSE response begun on the request's connection, in a frame of its own (the request is
+/// unboxed there, not in the frame the stream then lives in).
+#[inline(never)]
+fn open_stream(
+    req: Box<Request>,
+    write_timeout: std::time::Duration,
+    extra: &str,
+) -> std::io::Result<Arc<SseStream>> {
+    SseStream::open_with(*req, write_timeout, extra)
 }
 
 fn with_headers<R: std::io::Read>(mut resp: Response<R>, headers: Vec<Header>) -> Response<R> {

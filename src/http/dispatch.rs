@@ -1,7 +1,7 @@
 //! Dispatch: each request on its own short-lived thread, its handler under `catch_unwind`, a
 //! panic answered with a JSON 500 and logged with a backtrace.
 
-use super::answer::reply_error;
+use super::answer::{reply_error, Stream};
 use super::request::handle;
 use crate::app::App;
 use crate::error::{Lang, Msg};
@@ -87,15 +87,27 @@ fn log_request_panics() {
 }
 
 /// Runs the handler; a panic (logged by the hook) answers a JSON 500 if the request was not
-/// answered yet.
+/// answered yet. A stream the handler returned runs after it, from this small frame.
 fn handle_guarded(app: &Arc<App>, req: Request) {
-    guarded(
-        req,
-        |slot| handle(app, slot),
-        |req| reply_error(req, &Msg::Internal.err(), Lang::En),
-    );
+    if let Some(stream) = check_guarded(app, req) {
+        // A panic is logged by the hook; the response has begun, there is nothing to answer.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(stream));
+    }
     // After a large body (a run included): the allocator's free pages go back to the system.
     crate::memory::after_request();
+}
+
+/// The checks and the answer, in frames of their own that are gone before a stream runs (never
+/// inlined: their frames are large, and a held stream would keep them resident).
+#[inline(never)]
+fn check_guarded(app: &Arc<App>, req: Request) -> Option<Stream> {
+    let mut stream = None;
+    guarded(
+        req,
+        |slot| stream = handle(app, slot),
+        |req| reply_error(req, &Msg::Internal.err(), Lang::En),
+    );
+    stream
 }
 
 /// Runs `f` on `item` held in a slot that outlives a panic of `f`: `f` takes the item out when it

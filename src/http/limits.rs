@@ -21,13 +21,16 @@ pub fn limits(config: &Config) -> tiny_http::Limits {
         on_stream_wait: Some(crate::memory::release_unused_stack),
         // `main` shares the flag an upgrade sets.
         draining: Arc::default(),
+        // A held run is one thread, its own: the connection waits parked (no thread) while the
+        // stream is written, and is resumed on a pool thread for a next request after it.
+        park_connections: true,
     }
 }
 
 /// Stack of a connection thread (tiny_http's pool): it reads request heads, bounded by
 /// `--max-header-bytes`, in a loop without recursion; 256 KiB leaves room for a panic's
 /// backtrace (symbolized on this thread) beside the ~20 KiB its deepest path touches. A held run
-/// keeps one such thread waiting in a read; its unused pages are given back then.
+/// keeps none: its connection is parked while the stream is written.
 const CONNECTION_STACK: usize = 256 * 1024;
 
 /// The body of an answer tiny_http gives by itself (no request language is known there: English).

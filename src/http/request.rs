@@ -1,7 +1,7 @@
 //! One request from its first check to its answer: the checks in the order a client sees them,
 //! then the route's own work (a JSON answer, or a run or observer admitted to stream).
 
-use super::answer::answer;
+use super::answer::{answer, Stream};
 use super::body::{check_json_content_type, read_body, BodyError, Connection, MAX_CANCEL_BODY};
 use super::guards::{bearer_matches, check_host, Cors};
 use super::header;
@@ -58,19 +58,21 @@ impl Refusal {
     }
 }
 
-/// Checks and answers the request in `slot`, taking it out to answer it.
-pub(super) fn handle(app: &Arc<App>, slot: &mut Option<Request>) {
-    let Some(req) = slot.as_mut() else {
-        return;
-    };
-    // The run's ids, once known, are log fields of everything this thread logs until it ends.
-    let _fields = crate::logctx::scope();
+/// Checks and answers the request in `slot`, taking it out to answer it; a stream (a run, an
+/// observer, a feed) is returned for the caller to run once this frame is gone.
+pub(super) fn handle(app: &Arc<App>, slot: &mut Option<Request>) -> Option<Stream> {
+    let req = slot.as_mut()?;
+    // The run's ids, once known, are log fields of everything this thread logs until it ends
+    // (the stream's end included: the scope goes with it).
+    let fields = crate::logctx::scope();
     let cors = Cors::of(&app.config, req);
     let next = process(app, req, &cors);
-    let Some(req) = slot.take() else {
-        return;
-    };
-    answer(app, req, next, &cors);
+    let req = slot.take()?;
+    let stream = answer(app, req, next, cors)?;
+    Some(Box::new(move || {
+        let _fields = fields;
+        stream()
+    }))
 }
 
 /// Every check of a request up to admission, in the order a client sees them.

@@ -125,6 +125,8 @@ struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
+    // Never inlined: its temporaries would stay in the frame a held run waits under, resident.
+    #[inline(never)]
     fn new(
         app: &'a App,
         a: Admitted,

@@ -126,7 +126,8 @@ impl SseStream {
                 out,
                 response,
                 last_write: Instant::now(),
-                frame: Vec::with_capacity(4096),
+                // Grown by the first large frame and kept: a held run writes a few small ones.
+                frame: Vec::with_capacity(256),
                 backlog: Vec::new(),
                 stalled_since: None,
             }),

@@ -150,7 +150,7 @@ fn held_point(
     .0;
     // As many runs as the host's limits hold (what the adapter computes at start-up and caps
     // --max-connections to): 2 descriptors a run beside what it has open at idle and a few for
-    // /health probes and cancels; 12 memory mappings a run (2 threads, and a third for its
+    // /health probes and cancels; 8 memory mappings a run (its thread, and a second for its
     // CancelTask when the client leaves: stack, signal stack and their guard pages) within
     // vm.max_map_count.
     let idle_fds = fd_count(srv.pid);
@@ -158,7 +158,7 @@ fn held_point(
     let by_maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(u64::MAX, |m| m.saturating_sub(2_000) / 12);
+        .map_or(u64::MAX, |m| m.saturating_sub(2_000) / 8);
     let n = n.min(by_fds.min(by_maps).max(1) as usize);
     let mut p = HeldPoint {
         who: imp.name().to_string(),

@@ -49,6 +49,10 @@ pub struct ClientConnection {
     // iac-code-agui patch: the connection's shared state, and the limits it enforces
     ctl: Arc<ConnCtl>,
     limits: Arc<Limits>,
+
+    // iac-code-agui patch: `next` ended because a response is still being written and the
+    // connection parks until it is (`Limits::park_connections`)
+    parked: bool,
 }
 
 /// Error that can happen when reading a request.
@@ -61,6 +65,9 @@ enum ReadError {
     ReadIoError(IoError),
     /// iac-code-agui patch: no request began within the keep-alive timeout (closed silently)
     Idle,
+    /// iac-code-agui patch: a response is still being written; the thread leaves the connection
+    /// parked instead of waiting for the next request beside it
+    Park,
     /// iac-code-agui patch: the request is refused with this status, then the connection closed
     Refuse(u16),
 }
@@ -94,7 +101,18 @@ impl ClientConnection {
             secure,
             ctl,
             limits,
+            parked: false,
         }
+    }
+
+    /// iac-code-agui patch: whether the last `next` parked the connection (and clears it).
+    pub(crate) fn take_parked(&mut self) -> bool {
+        std::mem::replace(&mut self.parked, false)
+    }
+
+    /// iac-code-agui patch: where this connection parks (its responses in flight).
+    pub(crate) fn parking(&self) -> Arc<crate::util::Parking> {
+        self.sink.parking()
     }
 
     /// true if the connection is HTTPS
@@ -109,6 +127,11 @@ impl ClientConnection {
         // iac-code-agui patch: a response still being written may be a long stream, and this
         // thread then waits as long: the application may give back its unused stack first
         if self.sink.in_flight() > 0 {
+            // the thread need not wait at all: the connection is resumed, on a pool thread, when
+            // the response is done (a held stream then costs no connection thread)
+            if self.limits.park_connections && !self.secure {
+                return Err(ReadError::Park);
+            }
             if let Some(hook) = self.limits.on_stream_wait {
                 hook();
             }
@@ -274,6 +297,10 @@ impl Iterator for ClientConnection {
                 return None;
             }
             Err(ReadError::ReadIoError(_)) => return None,
+            Err(ReadError::Park) => {
+                self.parked = true;
+                return None;
+            }
         };
 
         // updating the status of the connection
@@ -326,7 +353,7 @@ pub fn parse_request(bytes: &[u8], limits: &Limits) -> Result<Request, u16> {
         ReadError::WrongRequestLine | ReadError::WrongHeader(_) => 400,
         ReadError::ExpectationFailed(_) => 417,
         ReadError::Refuse(status) => status,
-        ReadError::Idle | ReadError::ReadIoError(_) => 0,
+        ReadError::Idle | ReadError::ReadIoError(_) | ReadError::Park => 0,
     };
     let mut src = std::io::Cursor::new(bytes.to_vec());
     let first = read_head_byte(&mut src).map_err(status)?;

@@ -156,10 +156,11 @@ pub(crate) type ErrorBody = Arc<dyn Fn(u16) -> (Vec<u8>, &'static str) + Send + 
 fn connection_task(
     client: ClientConnection,
     messages: Arc<MessagesQueue<Message>>,
+    pool: util::TaskPool,
 ) -> Box<dyn FnMut() + Send> {
     let mut client = Some(client);
     Box::new(move || {
-        if let Some(client) = client.take() {
+        if let Some(mut client) = client.take() {
             // Synchronization is needed for HTTPS requests to avoid a deadlock
             if client.secure() {
                 let (sender, receiver) = mpsc::channel();
@@ -170,12 +171,31 @@ fn connection_task(
                     }
                 }
             } else {
-                for rq in client {
+                for rq in client.by_ref() {
                     messages.push(rq.into());
+                }
+                if client.take_parked() {
+                    park(client, messages.clone(), pool.clone());
                 }
             }
         }
     })
+}
+
+/// iac-code-agui patch: leaves `client` parked until its responses in flight are done, then
+/// resumes it on a pool thread (at once if they are already done). No thread for it then: the
+/// connection ends (its socket closes with its last handle).
+fn park(client: ClientConnection, messages: Arc<MessagesQueue<Message>>, pool: util::TaskPool) {
+    let parking = client.parking();
+    let resume = Box::new(move || {
+        let task = connection_task(client, messages, pool.clone());
+        if pool.spawn(task).is_err() {
+            log::error!("no thread to resume a parked connection; it is closed");
+        }
+    });
+    if let Err(resume) = parking.park(resume) {
+        resume();
+    }
 }
 
 enum Message {
@@ -242,6 +262,11 @@ pub struct Limits {
     /// of waiting for another request. Accepting stops within the listener's `SO_RCVTIMEO`
     /// (an accept that times out is retried quietly).
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// A connection whose response is still being written when its thread would wait for the
+    /// next request gives its thread back instead, and is resumed on a pool thread when the
+    /// response is done: a long stream then holds no connection thread (`on_stream_wait` is not
+    /// called). Plain TCP only.
+    pub park_connections: bool,
 }
 
 impl Default for Limits {
@@ -259,6 +284,7 @@ impl Default for Limits {
             thread_stack: None,
             on_stream_wait: None,
             draining: Arc::default(),
+            park_connections: false,
         }
     }
 }
@@ -480,7 +506,7 @@ impl Server {
                         limits.clone(),
                     );
                     let secure = client.secure();
-                    let task = connection_task(client, inside_messages.clone());
+                    let task = connection_task(client, inside_messages.clone(), tasks_pool.clone());
                     if tasks_pool.spawn(task).is_err() {
                         // no thread for it (the pool logged why): answer 503 rather than hang
                         if !secure {

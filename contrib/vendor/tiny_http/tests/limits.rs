@@ -31,6 +31,7 @@ fn small_limits() -> Limits {
         thread_stack: Some(256 * 1024),
         on_stream_wait: None,
         draining: Arc::default(),
+        park_connections: false,
     }
 }
 
@@ -434,7 +435,19 @@ fn connection_cap_answers_503_fast() {
 
 #[test]
 fn keep_alive_pipelining_continue_and_socket_still_work() {
-    let (addr, _server, _) = start(small_limits());
+    pipelining_continue_and_socket(small_limits());
+}
+
+#[test]
+fn parked_connections_keep_pipelining_continue_and_socket() {
+    pipelining_continue_and_socket(Limits {
+        park_connections: true,
+        ..small_limits()
+    });
+}
+
+fn pipelining_continue_and_socket(limits: Limits) {
+    let (addr, _server, _) = start(limits);
     let mut s = connect(addr);
     s.write_all(b"GET /a HTTP/1.1\r\n\r\nPOST /echo HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /c HTTP/1.1\r\n\r\n")
         .unwrap();
@@ -578,8 +591,7 @@ fn a_held_response_shares_the_socket_and_its_connection_thread_is_told_it_waits(
     let rq = server.recv().unwrap();
     // The connection thread goes back to wait for a next request while this one is unanswered.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while STREAM_WAITS.load(std::sync::atomic::Ordering::SeqCst) == 0 && Instant::now() < deadline
-    {
+    while STREAM_WAITS.load(std::sync::atomic::Ordering::SeqCst) == 0 && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(10));
     }
     assert!(STREAM_WAITS.load(std::sync::atomic::Ordering::SeqCst) > 0);
@@ -657,4 +669,51 @@ fn a_draining_server_stops_accepting_and_closes_its_idle_connections() {
     let started = Instant::now();
     assert_eq!(idle.read(&mut buf).unwrap_or(usize::MAX), 0, "not closed");
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+}
+
+static PARKED_WAITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn count_parked_wait() {
+    PARKED_WAITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[test]
+fn a_held_response_parks_its_connection_and_the_next_request_is_served_after_it() {
+    let limits = Limits {
+        on_stream_wait: Some(count_parked_wait),
+        park_connections: true,
+        ..small_limits()
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = Server::from_listener_with_limits(listener, None, limits).unwrap();
+    let mut client = connect(addr);
+    // A second request pipelined behind the held one, and longer than the keep-alive timeout
+    // (400 ms): nobody waits on the connection while the first response is written.
+    client
+        .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let rq = server.recv().unwrap();
+    assert_eq!(rq.url(), "/stream");
+    let mut w = rq.into_writer();
+    w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab")
+        .unwrap();
+    w.flush().unwrap();
+    assert!(server
+        .recv_timeout(Duration::from_millis(700))
+        .unwrap()
+        .is_none());
+    w.write_all(b"cd").unwrap();
+    drop(w);
+    // The writer's end resumed the connection: the pipelined request is read and answered.
+    let next = server
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap()
+        .expect("resumed");
+    assert_eq!(next.url(), "/next");
+    next.respond(Response::from_string("ok")).unwrap();
+    assert!(read_response(&mut client).ends_with("abcd"));
+    assert!(read_response(&mut client).ends_with("ok"));
+    // No connection thread waited beside the held response.
+    assert_eq!(PARKED_WAITS.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

@@ -3,8 +3,8 @@ pub(crate) use self::conn_ctl::{ConnCtl, ConnSlot};
 pub use self::custom_stream::CustomStream;
 pub use self::messages_queue::MessagesQueue;
 pub use self::refined_tcp_stream::RefinedTcpStream;
+pub use self::sequential::{Parking, SequentialWriter, SequentialWriterBuilder};
 pub use self::sequential::{SequentialReader, SequentialReaderBuilder};
-pub use self::sequential::{SequentialWriter, SequentialWriterBuilder};
 pub use self::task_pool::TaskPool;
 
 use std::str::FromStr;

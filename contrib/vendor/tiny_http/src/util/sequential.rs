@@ -46,6 +46,58 @@ where
 {
     writer: Arc<Mutex<W>>,
     next_trigger: Option<Receiver<()>>,
+    // iac-code-agui patch: the responses in flight, and what resumes a parked connection
+    parking: Arc<Parking>,
+}
+
+/// iac-code-agui patch: a connection whose thread left while a response was still being written
+/// (a long stream) is parked here, as a task, and resumed by the last response's writer when it
+/// is dropped. One lock covers the count and the slot, so a park never misses its resume.
+#[derive(Default)]
+pub struct Parking {
+    state: Mutex<ParkState>,
+}
+
+#[derive(Default)]
+struct ParkState {
+    open: usize,
+    parked: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Parking {
+    fn state(&self) -> MutexGuard<'_, ParkState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps `resume` until the responses in flight are done (`Ok`), or gives it back when none
+    /// is (`Err`: the caller goes on reading itself).
+    pub fn park(&self, resume: Box<dyn FnOnce() + Send>) -> Result<(), Box<dyn FnOnce() + Send>> {
+        let mut state = self.state();
+        if state.open == 0 {
+            return Err(resume);
+        }
+        state.parked = Some(resume);
+        Ok(())
+    }
+
+    fn opened(&self) {
+        self.state().open += 1;
+    }
+
+    fn finished(&self) {
+        let resume = {
+            let mut state = self.state();
+            state.open -= 1;
+            if state.open == 0 {
+                state.parked.take()
+            } else {
+                None
+            }
+        };
+        if let Some(resume) = resume {
+            resume();
+        }
+    }
 }
 
 pub struct SequentialWriter<W>
@@ -55,6 +107,7 @@ where
     trigger: Option<Receiver<()>>,
     writer: Arc<Mutex<W>>,
     on_finish: Sender<()>,
+    parking: Arc<Parking>,
 }
 
 impl<R: Read + Send> SequentialReaderBuilder<R> {
@@ -70,6 +123,7 @@ impl<W: Write + Send> SequentialWriterBuilder<W> {
         SequentialWriterBuilder {
             writer: Arc::new(Mutex::new(writer)),
             next_trigger: None,
+            parking: Arc::default(),
         }
     }
 }
@@ -103,10 +157,12 @@ impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
         let mut next_next_trigger = Some(rx);
         ::std::mem::swap(&mut next_next_trigger, &mut self.next_trigger);
 
+        self.parking.opened();
         Some(SequentialWriter {
             trigger: next_next_trigger,
             writer: self.writer.clone(),
             on_finish: tx,
+            parking: self.parking.clone(),
         })
     }
 }
@@ -151,7 +207,12 @@ impl<W: Write + Send> SequentialWriterBuilder<W> {
     /// iac-code-agui patch: number of writers handed out and not dropped yet (responses that are
     /// not finished).
     pub fn in_flight(&self) -> usize {
-        Arc::strong_count(&self.writer) - 1
+        self.parking.state().open
+    }
+
+    /// iac-code-agui patch: where the connection parks while its responses are written.
+    pub fn parking(&self) -> Arc<Parking> {
+        self.parking.clone()
     }
 }
 
@@ -204,5 +265,6 @@ where
 {
     fn drop(&mut self) {
         self.on_finish.send(()).ok();
+        self.parking.finished();
     }
 }

@@ -15,6 +15,7 @@ type Task = Box<dyn FnMut() + Send>;
 /// iac-code-agui patch: a failed thread spawn is reported to the caller (with its task back)
 /// instead of panicking while the queue lock is held, which poisoned the lock and then panicked
 /// every later `spawn`; a task that panics is logged and its thread goes on serving.
+#[derive(Clone)]
 pub struct TaskPool {
     sharing: Arc<Sharing>,
     /// iac-code-agui patch: the stack size of the pool's threads (`None`: the default).
