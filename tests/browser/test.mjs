@@ -537,7 +537,10 @@ async function threadListAfterRestart(browser) {
     const after = await listed();
     check(JSON.stringify(after) === JSON.stringify(before), `after the restart: ${after}`);
     // Opening the oldest thread from the list shows its conversation.
-    await navigated(page, () => page.click("#threads li:last-child a.thread"));
+    // Clicked inside the page, in one step: the sidebar re-renders on its own refresh, and
+    // puppeteer's click (find, scroll, then a mouse event) can hold a link that was just
+    // replaced ("Node is detached from document", seen once in CI).
+    await navigated(page, () => page.$eval("#threads li:last-child a.thread", (a) => a.click()));
     await waitFor(page, "the oldest thread's conversation never showed", (t) => [...document.querySelectorAll(".msg.user")].some((e) => e.textContent === t), titles[0]);
     const current = await page.$eval('#threads a[aria-current="page"] .title', (e) => e.textContent).catch(() => null);
     check(current === titles[0], `the open thread is not marked in the list: ${current}`);
