@@ -352,12 +352,20 @@ fn serve(app: &Arc<App>, server: &Arc<tiny_http::Server>) {
 }
 
 /// Returns on SIGINT/SIGTERM, or once no run has been active for `--idle-shutdown` (when set).
+/// Each time the runs stop for [`REST`], the allocator gives back what the last burst left free.
 fn wait_for_stop_or_idle(app: &App) {
     let mut idle_since = Instant::now();
+    // Nothing to give back before the first run.
+    let mut trimmed = true;
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
         if app.store.active_runs() > 0 {
             idle_since = Instant::now();
+            trimmed = false;
+        }
+        if !trimmed && idle_since.elapsed() >= REST {
+            iac_code_agui::memory::trim_at_rest();
+            trimmed = true;
         }
         let idle = app.config.idle_shutdown;
         if !idle.is_zero() && idle_since.elapsed() >= idle {
@@ -366,6 +374,9 @@ fn wait_for_stop_or_idle(app: &App) {
         }
     }
 }
+
+/// No run for this long: the process is at rest (a burst is over).
+const REST: Duration = Duration::from_secs(2);
 
 /// How long active runs get to end themselves on SIGTERM/SIGINT before their streams are ended
 /// for them.

@@ -255,6 +255,7 @@ fn rest(w: &World, clients: usize) -> Sample {
         std::thread::sleep(Duration::from_millis(50));
     }
     let idle = w.idle_clients.load(Ordering::SeqCst);
+    let paused = watch::sample(w);
     std::thread::sleep(Duration::from_secs(3));
     // Settled: what outlives the clients by seconds (tiny_http's pool threads above its four
     // wait 5 s for a task before they exit; a CancelTask retried) is gone once threads and fds
@@ -274,10 +275,14 @@ fn rest(w: &World, clients: usize) -> Sample {
             break;
         }
     }
+    s.paused_rss_kb = paused.rss_kb;
     println!(
-        "[{:>7.1}s] at rest ({idle}/{clients} clients idle): rss {:.1} MiB, fds {}, threads {}",
+        "[{:>7.1}s] at rest ({idle}/{clients} clients idle): rss {:.1} MiB (at the pause {:.1}), heap in use {:.1} MiB, free {:.1} MiB, fds {}, threads {}",
         s.at,
         s.rss_kb as f64 / 1024.0,
+        paused.rss_kb as f64 / 1024.0,
+        s.heap_kb as f64 / 1024.0,
+        s.free_kb as f64 / 1024.0,
         s.fds,
         s.threads
     );
@@ -293,12 +298,16 @@ fn report(w: &World, took: Duration, rests: &[Sample], total: u64, clients: usiz
     for (k, v) in w.counts() {
         out.push_str(&format!("| {k} | {v} |\n"));
     }
-    out.push_str("\n| at rest | second | RSS MiB | fds | threads |\n|---|---|---|---|---|\n");
+    out.push_str("\n| at rest | second | RSS MiB | RSS at the pause | heap in use | heap free | fds | threads |\n|---|---|---|---|---|---|---|---|\n");
+    let mib = |kb: u64| kb as f64 / 1024.0;
     for s in rests {
         out.push_str(&format!(
-            "| | {:.0} | {:.1} | {} | {} |\n",
+            "| | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} |\n",
             s.at,
-            s.rss_kb as f64 / 1024.0,
+            mib(s.rss_kb),
+            mib(s.paused_rss_kb),
+            mib(s.heap_kb),
+            mib(s.free_kb),
             s.fds,
             s.threads
         ));

@@ -90,16 +90,55 @@ pub struct Sample {
     pub rss_kb: u64,
     pub fds: u64,
     pub threads: u64,
+    /// The allocator's bytes handed out (a leak grows them) and free in its arenas, in KiB
+    /// (`/metrics`, glibc `mallinfo2`; 0 when unanswered).
+    pub heap_kb: u64,
+    pub free_kb: u64,
+    /// At a rest sample: the RSS when the clients had just paused (before the adapter's trim at
+    /// rest, 2 s after its last run).
+    pub paused_rss_kb: u64,
 }
 
 pub fn sample(w: &World) -> Sample {
     let pid = w.adapter_pid.load(Ordering::SeqCst);
+    let (heap_kb, free_kb) = heap(w);
     Sample {
         at: w.secs(),
         rss_kb: procfs::proc_kb(pid, "VmRSS"),
         fds: procfs::fd_count(pid),
         threads: procfs::proc_status(pid, "Threads").unwrap_or(0),
+        heap_kb,
+        free_kb,
+        paused_rss_kb: 0,
     }
+}
+
+/// The adapter's heap figures from `/metrics`: (in use, free) in KiB.
+fn heap(w: &World) -> (u64, u64) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(2)))
+        .build()
+        .into();
+    let text = agent
+        .get(format!("{}/metrics", w.url))
+        .call()
+        .ok()
+        .and_then(|r| r.into_body().read_to_string().ok())
+        .unwrap_or_default();
+    let kb = |series: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map_or(0, |b| b >> 10)
+    };
+    (
+        kb("iac_code_agui_heap_in_use_bytes"),
+        kb("iac_code_agui_heap_free_bytes"),
+    )
 }
 
 /// Prints a sample line every 10 s (the log), until the soak stops.
@@ -109,9 +148,11 @@ pub fn log_samples(w: &World) {
         if w.secs() >= next {
             let s = sample(w);
             println!(
-                "[{:>7.1}s] adapter rss {:.1} MiB, fds {}, threads {}; runs {}, requests {}, violations {}",
+                "[{:>7.1}s] adapter rss {:.1} MiB (heap in use {:.1}, free {:.1}), fds {}, threads {}; runs {}, requests {}, violations {}",
                 s.at,
                 s.rss_kb as f64 / 1024.0,
+                s.heap_kb as f64 / 1024.0,
+                s.free_kb as f64 / 1024.0,
                 s.fds,
                 s.threads,
                 w.get("runs"),
