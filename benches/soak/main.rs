@@ -97,7 +97,10 @@ fn main() {
     let seed = env_u64("SOAK_SEED", 25);
     println!("# soak: {total} s, {clients} clients, seed {seed}, interrupt TTL {TTL_SECS} s");
     test_support::procfs::raise_own_nofile();
-    let disk = Disk::mount(256);
+    // Room for the kept conversations of 30 minutes (about 20 KiB a run, a flood's 300,000
+    // deltas near 1 MiB: 256 MiB was full by minute 12 and refused every turn after), and the
+    // ballast of a disk-full fault fills what is left.
+    let disk = Disk::mount(2048);
     if disk.is_none() {
         println!("disk-full fault SKIPPED: no tmpfs mount (needs root)");
     }
