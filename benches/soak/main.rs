@@ -97,10 +97,10 @@ fn main() {
     let seed = env_u64("SOAK_SEED", 25);
     println!("# soak: {total} s, {clients} clients, seed {seed}, interrupt TTL {TTL_SECS} s");
     test_support::procfs::raise_own_nofile();
-    // Room for the kept conversations of 30 minutes (about 20 KiB a run, a flood's 300,000
-    // deltas near 1 MiB: 256 MiB was full by minute 12 and refused every turn after), and the
-    // ballast of a disk-full fault fills what is left.
-    let disk = Disk::mount(2048);
+    // Room for the kept conversations of 30 minutes (about 9 KiB a run, a flood's 300,000
+    // deltas near 1 MiB: 256 MiB was full by minute 12 and refused every turn after); the
+    // ballast of a disk-full fault fills what is left, so the short version keeps 256 MiB.
+    let disk = Disk::mount(if total < 300 { 256 } else { 2048 });
     if disk.is_none() {
         println!("disk-full fault SKIPPED: no tmpfs mount (needs root)");
     }
@@ -258,7 +258,7 @@ fn rest(w: &World, clients: usize) -> Sample {
         std::thread::sleep(Duration::from_millis(50));
     }
     let idle = w.idle_clients.load(Ordering::SeqCst);
-    let paused = watch::sample(w);
+    let paused = watch::with_heap(w, watch::sample(w));
     std::thread::sleep(Duration::from_secs(3));
     // Settled: what outlives the clients by seconds (tiny_http's pool threads above its four
     // wait 5 s for a task before they exit; a CancelTask retried) is gone once threads and fds
@@ -278,6 +278,7 @@ fn rest(w: &World, clients: usize) -> Sample {
             break;
         }
     }
+    let mut s = watch::with_heap(w, s);
     s.paused_rss_kb = paused.rss_kb;
     println!(
         "[{:>7.1}s] at rest ({idle}/{clients} clients idle): rss {:.1} MiB (at the pause {:.1}), heap in use {:.1} MiB, free {:.1} MiB, fds {}, threads {}",

@@ -99,18 +99,23 @@ pub struct Sample {
     pub paused_rss_kb: u64,
 }
 
+/// The adapter's RSS, descriptors and threads, read from /proc (no request: a request's own
+/// connection would be one of the descriptors counted).
 pub fn sample(w: &World) -> Sample {
     let pid = w.adapter_pid.load(Ordering::SeqCst);
-    let (heap_kb, free_kb) = heap(w);
     Sample {
         at: w.secs(),
         rss_kb: procfs::proc_kb(pid, "VmRSS"),
         fds: procfs::fd_count(pid),
         threads: procfs::proc_status(pid, "Threads").unwrap_or(0),
-        heap_kb,
-        free_kb,
-        paused_rss_kb: 0,
+        ..Sample::default()
     }
+}
+
+/// `s` with the adapter's heap figures, asked of `/metrics` after its descriptors were counted.
+pub fn with_heap(w: &World, mut s: Sample) -> Sample {
+    (s.heap_kb, s.free_kb) = heap(w);
+    s
 }
 
 /// The adapter's heap figures from `/metrics`: (in use, free) in KiB.
@@ -146,7 +151,13 @@ pub fn log_samples(w: &World) {
     let mut next = 10.0;
     while !w.stopping() {
         if w.secs() >= next {
-            let s = sample(w);
+            // Not while the clients rest: the request's connection would be in the rest sample.
+            let resting = w.pause.load(Ordering::SeqCst);
+            let s = if resting {
+                sample(w)
+            } else {
+                with_heap(w, sample(w))
+            };
             println!(
                 "[{:>7.1}s] adapter rss {:.1} MiB (heap in use {:.1}, free {:.1}), fds {}, threads {}; runs {}, requests {}, violations {}",
                 s.at,
