@@ -451,9 +451,12 @@ enum Wake {
 }
 
 /// Returns on SIGINT/SIGTERM, SIGUSR2, SIGHUP, or once no run has been active for `--idle-shutdown`
-/// (when set).
+/// (when set). Each time the runs stop for [`REST`], the allocator gives back what the last burst
+/// left free.
 fn wait_for_stop_or_idle(app: &App) -> Wake {
     let mut idle_since = Instant::now();
+    // Nothing to give back before the first run.
+    let mut trimmed = true;
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
         if UPGRADE.swap(false, Ordering::SeqCst) {
@@ -464,6 +467,11 @@ fn wait_for_stop_or_idle(app: &App) -> Wake {
         }
         if app.store.active_runs() > 0 {
             idle_since = Instant::now();
+            trimmed = false;
+        }
+        if !trimmed && idle_since.elapsed() >= REST {
+            iac_code_agui::memory::trim_at_rest();
+            trimmed = true;
         }
         let idle = app.config.idle_shutdown;
         if !idle.is_zero() && idle_since.elapsed() >= idle {
@@ -493,6 +501,9 @@ fn upgrade_and_drain(app: &Arc<App>, listen_fd: std::os::fd::RawFd, kernel: &Ups
     log::info!("upgraded: this process exits");
     true
 }
+
+/// No run for this long: the process is at rest (a burst is over).
+const REST: Duration = Duration::from_secs(2);
 
 /// How long active runs get to end themselves on SIGTERM/SIGINT before their streams are ended
 /// for them.

@@ -9,6 +9,8 @@
 //! A fixed threshold keeps large blocks in mappings of their own (unmapped when freed), a fixed
 //! trim threshold returns a heap's free top, and `malloc_trim(0)` after a large request returns
 //! the free pages inside every arena. All of it is plain glibc (also in a crt-static build).
+//! `trim_at_rest` does the same once the process has had no run for a moment (`main`'s idle
+//! loop), and `heap` gives the allocator's figures for `/metrics`.
 
 use std::cell::{Cell, RefCell};
 
@@ -118,6 +120,59 @@ pub(crate) fn after_request() {
     if LARGE.with(|l| l.replace(false)) {
         trim();
     }
+}
+
+/// The process has been at rest (no run) for a moment: the free pages every arena kept from the
+/// last burst go back to the system, once per rest. Without it, glibc keeps each arena's freed
+/// middle resident (only a heap's free top beyond the trim threshold is returned), so the
+/// resident size at rest is the high-water mark of what the bursts so far left scattered over up
+/// to 8 arenas per core, and it grows in steps with each larger burst (benches/REPORT.md, the
+/// chaos soak). What is still allocated stays; the figures are logged (debug).
+pub fn trim_at_rest() {
+    let before = rss_kib();
+    let heap = heap();
+    trim();
+    log::debug!(
+        "at rest: allocator trimmed, RSS {before} -> {} KiB (heap in use {} KiB, free {} KiB)",
+        rss_kib(),
+        heap.in_use >> 10,
+        heap.free >> 10
+    );
+}
+
+/// The allocator's own figures, in bytes, over all arenas.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Heap {
+    /// Handed out and not freed (small blocks in the arenas, large ones in their own mappings).
+    pub in_use: usize,
+    /// Free in the arenas, still mapped (resident where it was touched, until a trim).
+    pub free: usize,
+}
+
+/// glibc's `mallinfo2` (zeros elsewhere): what the heap holds, live and free.
+pub fn heap() -> Heap {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallinfo2(3) takes each arena's lock itself and returns a plain struct.
+    unsafe {
+        let m = libc::mallinfo2();
+        return Heap {
+            in_use: m.uordblks + m.hblkhd,
+            free: m.fordblks,
+        };
+    }
+    #[allow(unreachable_code)]
+    Heap::default()
+}
+
+/// This process's resident size in KiB (`/proc/self/statm`; 0 if unreadable).
+fn rss_kib() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * (PAGE as u64 / 1024)
 }
 
 /// `malloc_trim(0)`: free pages of every arena returned to the system.

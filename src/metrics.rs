@@ -152,6 +152,31 @@ fn gauge(out: &mut String, name: &str, help: &str, value: usize) {
     );
 }
 
+/// The open connections, and the allocator's figures: a leak grows the bytes in use; the free
+/// ones are what bursts left in the arenas.
+fn process_gauges(out: &mut String) {
+    let connections = CONNECTIONS.get().map_or(0, |f| f());
+    gauge(
+        out,
+        "iac_code_agui_open_connections",
+        "Open client connections.",
+        connections,
+    );
+    let heap = crate::memory::heap();
+    gauge(
+        out,
+        "iac_code_agui_heap_in_use_bytes",
+        "Bytes the allocator has handed out and not got back (glibc mallinfo2).",
+        heap.in_use,
+    );
+    gauge(
+        out,
+        "iac_code_agui_heap_free_bytes",
+        "Bytes free in the allocator's arenas (their pages go back to the system at rest).",
+        heap.free,
+    );
+}
+
 /// The whole exposition; `active_runs` comes from the store.
 pub(crate) fn render(active_runs: usize) -> String {
     let mut out = String::with_capacity(4096);
@@ -161,13 +186,7 @@ pub(crate) fn render(active_runs: usize) -> String {
         "Runs streaming now.",
         active_runs,
     );
-    let connections = CONNECTIONS.get().map_or(0, |f| f());
-    gauge(
-        &mut out,
-        "iac_code_agui_open_connections",
-        "Open client connections.",
-        connections,
-    );
+    process_gauges(&mut out);
     let _ = writeln!(
         out,
         "# HELP iac_code_agui_runs_total Runs ended, by outcome.\n\

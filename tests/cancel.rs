@@ -458,3 +458,86 @@ fn a_client_leaving_or_a_stop_during_the_repair_wait_frees_the_thread_at_once() 
     k.ignore_cancels(false);
     a.assert_turn_succeeds("t-rep", "r5");
 }
+
+/// Found by the chaos soak (benches/soak, 1,027 s, during a kernel hang): a Stop whose run had not
+/// ended by the 3 s bound (`STOP_BOUND`) had both connections shut at once, and its client's
+/// stream ended without `RUN_ERROR`. Here the kernel never names the task (its first item is
+/// held), so the run cannot end before the bound: the client still gets `RUN_ERROR CANCELLED`
+/// and the end of the body.
+#[test]
+fn a_stop_whose_run_outlasts_the_bound_still_ends_its_stream_with_run_error() {
+    let (k, a) = setup();
+    k.script(
+        "task-never-named",
+        vec![
+            fake_kernel::Step::HoldTask("never".into()),
+            fake_kernel::Step::Hang,
+        ],
+    );
+    let mut s = open_run(
+        &a.url,
+        &body_of(&a.request("t-bound", "r1", "scenario:task-never-named")),
+    );
+    assert!(eventually(5, || !k
+        .calls("SendStreamingMessage")
+        .is_empty()));
+    let execution = a.state_file("t-bound")["execution"]["executionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, v) = a.cancel(&execution, "t-bound");
+    assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
+    let rest = test_support::raw::read_until(&mut s, b"0\r\n\r\n", Duration::from_secs(10))
+        .unwrap_or_else(|g| panic!("the stream was cut: {}", String::from_utf8_lossy(&g)));
+    let err = test_support::raw::events(&rest)
+        .into_iter()
+        .find(|e| e["type"] == "RUN_ERROR")
+        .unwrap_or_else(|| panic!("no RUN_ERROR: {}", String::from_utf8_lossy(&rest)));
+    assert_eq!(err["code"], "CANCELLED", "{err}");
+}
+
+/// The soak's other way past the bound: a Stop before the kernel named the task, then the task's
+/// id arrives while `CancelTask` hangs (a hung kernel). The run thread sent that `CancelTask`
+/// itself and waited on it for the call's 5 s deadline, past the 3 s bound, so its stream was
+/// shut without `RUN_ERROR`. The cancel now goes off the run thread, which ends at the upstream
+/// grace; the thread takes its next turn once the kernel answers again.
+#[test]
+fn a_stop_before_the_task_is_known_ends_with_run_error_even_when_cancel_task_hangs() {
+    let (k, a) = setup();
+    k.script(
+        "late-task",
+        vec![
+            fake_kernel::Step::HoldTask("late".into()),
+            fake_kernel::Step::Hang,
+        ],
+    );
+    let mut s = open_run(
+        &a.url,
+        &body_of(&a.request("t-late-hung", "r1", "scenario:late-task")),
+    );
+    assert!(eventually(5, || !k
+        .calls("SendStreamingMessage")
+        .is_empty()));
+    let execution = a.state_file("t-late-hung")["execution"]["executionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    k.stall_cancels(true);
+    let (status, v) = a.cancel(&execution, "t-late-hung");
+    assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
+    std::thread::sleep(Duration::from_millis(1000));
+    k.open("late");
+    let rest = test_support::raw::read_until(&mut s, b"0\r\n\r\n", Duration::from_secs(10))
+        .unwrap_or_else(|g| panic!("the stream was cut: {}", String::from_utf8_lossy(&g)));
+    let err = test_support::raw::events(&rest)
+        .into_iter()
+        .find(|e| e["type"] == "RUN_ERROR")
+        .unwrap_or_else(|| panic!("no RUN_ERROR: {}", String::from_utf8_lossy(&rest)));
+    assert_eq!(err["code"], "CANCELLED", "{err}");
+    assert!(
+        eventually(5, || !k.calls("CancelTask").is_empty()),
+        "no CancelTask once the task id arrived"
+    );
+    k.stall_cancels(false);
+    a.assert_turn_succeeds("t-late-hung", "r2");
+}

@@ -449,6 +449,11 @@ fn metrics_count_runs_events_errors_and_latencies_after_runs() {
     assert!(sample(&text, "iac_code_agui_upstream_request_seconds_count") >= 2.0);
     assert!(sample(&text, "iac_code_agui_state_write_seconds_count") >= 2.0);
     assert_eq!(sample(&text, "iac_code_agui_kernel_restarts_total"), 0.0);
+    assert!(
+        sample(&text, "iac_code_agui_heap_in_use_bytes") > 0.0,
+        "{text}"
+    );
+    assert!(text.contains("\niac_code_agui_heap_free_bytes "), "{text}");
     // A refusal is counted by status and code.
     let (s, _) = post_json(&format!("{}/nowhere", a.url), &serde_json::json!({}));
     assert_eq!(s, 404);
@@ -456,6 +461,31 @@ fn metrics_count_runs_events_errors_and_latencies_after_runs() {
     assert!(
         text.contains("iac_code_agui_http_rejected_total{status=\"404\""),
         "{text}"
+    );
+}
+
+/// Found by the chaos soak: glibc keeps what a burst freed in its arenas, so the resident size
+/// at rest stepped up with each larger burst. Once no run has been active for 2 s the free pages
+/// go back to the system: once per rest, not before the first run, again after the next one.
+#[test]
+fn the_allocator_gives_back_a_bursts_free_memory_once_per_rest() {
+    let k = FakeKernel::start();
+    let a = Adapter::start(&k.url);
+    let trims = || a.logs().matches("at rest: allocator trimmed").count();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(trims(), 0, "a trim before any run: {}", a.logs());
+    a.assert_turn_succeeds("t-rest", "r1");
+    assert!(
+        eventually(10, || trims() == 1),
+        "no trim at rest: {}",
+        a.logs()
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(trims(), 1, "trimmed again without a run: {}", a.logs());
+    a.assert_turn_succeeds("t-rest", "r2");
+    assert!(
+        eventually(10, || trims() == 2),
+        "no trim after the next run"
     );
 }
 

@@ -493,3 +493,45 @@ fn with_a_grace_an_observer_that_reattaches_sees_the_run_finish() {
     assert_eq!(all.last().unwrap().ev["outcome"]["type"], "success");
     assert!(k.calls("CancelTask").is_empty());
 }
+
+/// What the chaos soak counted as a stream without an end (1,320 s, at a kernel SIGKILL), and
+/// why that was its client's doing: an observer whose stream ended with the run's `RUN_ERROR`
+/// (the kernel died) re-attached anyway, with that `RUN_ERROR`'s own cursor. Nothing follows a
+/// run's last event, so the exact answer is exact and empty: no event, the end of the body. (The
+/// soak's observer re-attached after every first stream, cut or not; it now does after a cut
+/// only, as `contrib/console` does.) A grace keeps the ended run's buffer, so the resume finds it
+/// held; without one it lands there only in the moment between the end and the buffer's release.
+#[test]
+fn an_exact_resume_from_the_runs_last_event_is_exact_and_empty() {
+    let k = FakeKernel::start();
+    k.script(
+        "dies",
+        vec![
+            status(json!({}), Some("Hello. ")),
+            Step::Gate("die".into()),
+            Step::Die,
+        ],
+    );
+    let a = with_grace(&k, "30");
+    let (status, _, reader) = post(
+        &a.url,
+        "/",
+        &a.request("t-died", "r1", "scenario:dies"),
+        None,
+    );
+    assert_eq!(status, 200);
+    let owner = std::thread::spawn(move || frames(reader, None));
+    assert!(eventually(10, || k.calls("SendStreamingMessage").len() == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    k.open("die");
+    let owner = owner.join().unwrap();
+    let end = owner.last().unwrap();
+    assert_eq!(end.ev["type"], "RUN_ERROR", "{}", end.ev);
+    let (kind, after) = subscribe(&a, "t-died", end.id.as_deref());
+    assert_eq!(kind.as_deref(), Some("exact"));
+    assert!(
+        after.is_empty(),
+        "events after the run's last: {:?}",
+        events(&after)
+    );
+}

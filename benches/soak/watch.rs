@@ -90,8 +90,17 @@ pub struct Sample {
     pub rss_kb: u64,
     pub fds: u64,
     pub threads: u64,
+    /// The allocator's bytes handed out (a leak grows them) and free in its arenas, in KiB
+    /// (`/metrics`, glibc `mallinfo2`; 0 when unanswered).
+    pub heap_kb: u64,
+    pub free_kb: u64,
+    /// At a rest sample: the RSS when the clients had just paused (before the adapter's trim at
+    /// rest, 2 s after its last run).
+    pub paused_rss_kb: u64,
 }
 
+/// The adapter's RSS, descriptors and threads, read from /proc (no request: a request's own
+/// connection would be one of the descriptors counted).
 pub fn sample(w: &World) -> Sample {
     let pid = w.adapter_pid.load(Ordering::SeqCst);
     Sample {
@@ -99,7 +108,42 @@ pub fn sample(w: &World) -> Sample {
         rss_kb: procfs::proc_kb(pid, "VmRSS"),
         fds: procfs::fd_count(pid),
         threads: procfs::proc_status(pid, "Threads").unwrap_or(0),
+        ..Sample::default()
     }
+}
+
+/// `s` with the adapter's heap figures, asked of `/metrics` after its descriptors were counted.
+pub fn with_heap(w: &World, mut s: Sample) -> Sample {
+    (s.heap_kb, s.free_kb) = heap(w);
+    s
+}
+
+/// The adapter's heap figures from `/metrics`: (in use, free) in KiB.
+fn heap(w: &World) -> (u64, u64) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(2)))
+        .build()
+        .into();
+    let text = agent
+        .get(format!("{}/metrics", w.url))
+        .call()
+        .ok()
+        .and_then(|r| r.into_body().read_to_string().ok())
+        .unwrap_or_default();
+    let kb = |series: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map_or(0, |b| b >> 10)
+    };
+    (
+        kb("iac_code_agui_heap_in_use_bytes"),
+        kb("iac_code_agui_heap_free_bytes"),
+    )
 }
 
 /// Prints a sample line every 10 s (the log), until the soak stops.
@@ -107,11 +151,19 @@ pub fn log_samples(w: &World) {
     let mut next = 10.0;
     while !w.stopping() {
         if w.secs() >= next {
-            let s = sample(w);
+            // Not while the clients rest: the request's connection would be in the rest sample.
+            let resting = w.pause.load(Ordering::SeqCst);
+            let s = if resting {
+                sample(w)
+            } else {
+                with_heap(w, sample(w))
+            };
             println!(
-                "[{:>7.1}s] adapter rss {:.1} MiB, fds {}, threads {}; runs {}, requests {}, violations {}",
+                "[{:>7.1}s] adapter rss {:.1} MiB (heap in use {:.1}, free {:.1}), fds {}, threads {}; runs {}, requests {}, violations {}",
                 s.at,
                 s.rss_kb as f64 / 1024.0,
+                s.heap_kb as f64 / 1024.0,
+                s.free_kb as f64 / 1024.0,
                 s.fds,
                 s.threads,
                 w.get("runs"),

@@ -6,6 +6,7 @@ use crate::app::App;
 use crate::app::LiveRun;
 use crate::error::{Error, Msg};
 use crate::input::{self, CancelRequest};
+use crate::projection::{End, Projection};
 use crate::store::{ActiveRun, Slot};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -56,9 +57,9 @@ fn cancel_locked(
         // answer does not wait for the kernel: CancelTask goes (and is retried) in the
         // background, and a run that does not end by itself is stopped (`stop_soon`).
         active.cancelled.store(true, Ordering::SeqCst);
-        let (a2a, active) = (app.a2a.clone(), active.clone());
+        let active = active.clone();
         drop(guard);
-        std::thread::spawn(move || cancel_once(&a2a, &active));
+        cancel_in_background(&app.a2a, &active);
         if let Some(live) = app.runs.find(execution_id) {
             stop_soon(live);
         }
@@ -113,6 +114,14 @@ pub(super) fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
         let a2a = a2a.clone();
         std::thread::spawn(move || retry_cancel(&a2a, &task));
     }
+}
+
+/// [`cancel_once`] on a thread of its own: for a caller that must not wait on a hung kernel (a
+/// cancel request; a run thread that learns its task after a Stop, whose `CancelTask` could
+/// otherwise hold it for the call's 5 s deadline, past [`STOP_BOUND`]).
+pub(super) fn cancel_in_background(a2a: &A2aClient, active: &Arc<ActiveRun>) {
+    let (a2a, active) = (a2a.clone(), active.clone());
+    std::thread::spawn(move || cancel_once(&a2a, &active));
 }
 
 fn retry_cancel(a2a: &A2aClient, task: &str) {
@@ -182,9 +191,28 @@ pub(super) fn stop_soon(live: Arc<LiveRun>) {
                 STOP_BOUND
             );
             cut_upstream(&live);
-            live.stream.shut();
+            end_stream_at_bound(&live);
         }
     });
+}
+
+/// The client's stream at the bound: the run thread, its upstream now cut, usually ends it
+/// itself within moments (its spans closed); if not (a thread held elsewhere, or starved on a
+/// loaded machine), its `RUN_ERROR CANCELLED` and the end of the body are written for it, so a
+/// stopped stream always ends with `RUN_ERROR` (a client that takes no bytes is just cut). The
+/// run thread's own end then goes to the replay buffer and the conversation only.
+fn end_stream_at_bound(live: &LiveRun) {
+    let until = Instant::now() + STUCK_WRITE;
+    while !live.has_ended() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if live.has_ended() || live.stream.is_closed() {
+        return;
+    }
+    let mut out = Vec::new();
+    let end = End::Failed(Msg::Cancelled.err());
+    Projection::new(live.ids.clone(), live.lang).finish(&end, &mut out);
+    live.stream.abort(&out, STUCK_WRITE);
 }
 
 /// Shuts the run's own upstream connections down, marked so the run knows the kernel may still

@@ -40,7 +40,7 @@ use crate::projection::{End, Events, Projection, RunIds};
 use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
-use cancel::{cancel_once, stop_soon};
+use cancel::{cancel_in_background, cancel_once, stop_soon};
 use echo::{echoed_input, user_message_json};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -368,10 +368,10 @@ impl<'a> Run<'a> {
         if changed_task {
             self.execution().task_id = task.clone();
             *self.active.task_id.lock() = task;
-            // A Stop (or a client that left) came before the kernel named the task: its
-            // CancelTask goes now, not once another item arrives (a kernel may send none).
+            // A Stop (or a client that left) came before the kernel named the task: its CancelTask
+            // goes now (a kernel may send no other item), off this thread (it may hang 5 s).
             if self.active.is_cancelled() {
-                self.cancel_upstream();
+                cancel_in_background(&self.app.a2a, &self.active);
             }
         }
         if changed_session {

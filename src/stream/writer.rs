@@ -332,6 +332,10 @@ impl SseStream {
     /// stream beyond `within` (a client not reading); then the connection is just shut. Whatever
     /// the run thread writes afterwards is dropped.
     pub(crate) fn abort(&self, events: &[serde_json::Value], within: Duration) {
+        // An ended body's connection may carry the client's next request by now: left alone.
+        if self.is_closed() {
+            return;
+        }
         if let Some(s) = &self.socket {
             let _ = s.set_write_timeout(Some(within.max(Duration::from_millis(1))));
         }
