@@ -52,8 +52,10 @@ pub(crate) struct LiveRun {
     /// The run's own A2A connections ([`A2aClient::for_run`]): a Stop or a client that left shuts
     /// them down when the kernel does not end the stream itself.
     pub(crate) upstream: A2aClient,
-    /// Set when `upstream` was shut down before the kernel ended the stream.
-    pub(crate) upstream_cut: AtomicBool,
+    /// Set when the kernel may still run the task once the run ends: `upstream` was shut down
+    /// before the kernel ended the stream, or the task was named only after a Stop (its
+    /// `CancelTask` goes in the background, unconfirmed). The thread's next turn stops it first.
+    pub(crate) task_may_outlive: AtomicBool,
     /// Set once the run's thread is done with it (its stream ended, its thread freed).
     pub(crate) ended: AtomicBool,
 }

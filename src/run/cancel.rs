@@ -218,6 +218,6 @@ fn end_stream_at_bound(live: &LiveRun) {
 /// Shuts the run's own upstream connections down, marked so the run knows the kernel may still
 /// be running its task.
 fn cut_upstream(live: &LiveRun) {
-    live.upstream_cut.store(true, Ordering::SeqCst);
+    live.task_may_outlive.store(true, Ordering::SeqCst);
     live.upstream.stop();
 }

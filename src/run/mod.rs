@@ -62,7 +62,7 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
         ids: ids.clone(),
         lang,
         upstream: app.a2a.for_run(),
-        upstream_cut: AtomicBool::new(false),
+        task_may_outlive: AtomicBool::new(false),
         ended: AtomicBool::new(false),
     });
     app.runs.register(&live);
@@ -371,6 +371,7 @@ impl<'a> Run<'a> {
             // A Stop (or a client that left) came before the kernel named the task: its CancelTask
             // goes now (a kernel may send no other item), off this thread (it may hang 5 s).
             if self.active.is_cancelled() {
+                self.live.task_may_outlive.store(true, Ordering::SeqCst);
                 cancel_in_background(&self.app.a2a, &self.active);
             }
         }
@@ -510,13 +511,14 @@ impl<'a> Run<'a> {
         ok || !self.app.config.detach_grace.is_zero()
     }
 
-    /// The run's upstream was cut (`cancel::stop_soon`) before the kernel said the task ended:
-    /// the execution stays recorded as running, so the thread's next turn stops it first
+    /// The kernel may still run the task (its upstream cut by `cancel::stop_soon` before the
+    /// kernel said the task ended, or its task named only after a Stop): the execution stays
+    /// recorded as running, so the thread's next turn stops it first
     /// (`repair.rs`: cancel, wait, bounded), or answers the retryable `A2A_UNAVAILABLE` when it
     /// cannot, rather than sending a turn the kernel would refuse as "already working".
     fn left_running(&self) -> bool {
         let known = self.proj.task_id().is_some();
-        if known && self.live.upstream_cut.load(Ordering::SeqCst) {
+        if known && self.live.task_may_outlive.load(Ordering::SeqCst) {
             log::warn!(
                 "run {}: its task may still run upstream; the next turn stops it first",
                 self.input.run_id
