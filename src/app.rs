@@ -32,6 +32,13 @@ pub struct App {
     pub draining: Arc<AtomicBool>,
 }
 
+impl App {
+    /// Runs ended since start-up: a run too short for a sampler to see it active still counts.
+    pub fn runs_ended(&self) -> u64 {
+        crate::metrics::runs_ended_total()
+    }
+}
+
 /// The runs in progress, so a shutdown can end each of them properly.
 #[derive(Default)]
 pub struct Runs {

@@ -457,6 +457,8 @@ fn wait_for_stop_or_idle(app: &App) -> Wake {
     let mut idle_since = Instant::now();
     // Nothing to give back before the first run.
     let mut trimmed = true;
+    // A run shorter than one 50 ms look at `active_runs` is seen by the count of ended runs.
+    let mut ended = app.runs_ended();
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
         if UPGRADE.swap(false, Ordering::SeqCst) {
@@ -465,7 +467,8 @@ fn wait_for_stop_or_idle(app: &App) -> Wake {
         if KERNEL_DRAIN.swap(false, Ordering::SeqCst) {
             return Wake::KernelDrain;
         }
-        if app.store.active_runs() > 0 {
+        if app.store.active_runs() > 0 || app.runs_ended() != ended {
+            ended = app.runs_ended();
             idle_since = Instant::now();
             trimmed = false;
         }

@@ -116,6 +116,14 @@ pub(crate) fn run_ended(outcome: Outcome) {
     };
 }
 
+/// Runs ended since start-up, whatever their outcome.
+pub(crate) fn runs_ended_total() -> u64 {
+    [&RUNS_SUCCESS, &RUNS_INTERRUPT, &RUNS_ERROR]
+        .iter()
+        .map(|n| n.load(Relaxed))
+        .sum()
+}
+
 /// A request refused before any stream (our JSON error answer).
 pub(crate) fn rejected(status: u16, code: Code) {
     REJECTED.add(code.as_str(), status);
