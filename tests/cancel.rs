@@ -21,6 +21,37 @@ fn setup() -> (FakeKernel, Adapter) {
     (k, a)
 }
 
+/// Starts run `r1` on `thread` with a kernel that holds its first item (the task, under `hold`:
+/// `k.open(hold)` sends it) and then works on silently; returns the client's stream and the
+/// execution id once the turn reached the kernel.
+fn open_run_with_held_task(
+    k: &FakeKernel,
+    a: &Adapter,
+    thread: &str,
+    hold: &str,
+) -> (std::net::TcpStream, String) {
+    let scenario = format!("held-{hold}");
+    k.script(
+        &scenario,
+        vec![
+            fake_kernel::Step::HoldTask(hold.into()),
+            fake_kernel::Step::Hang,
+        ],
+    );
+    let s = open_run(
+        &a.url,
+        &body_of(&a.request(thread, "r1", &format!("scenario:{scenario}"))),
+    );
+    assert!(eventually(5, || !k
+        .calls("SendStreamingMessage")
+        .is_empty()));
+    let execution = a.state_file(thread)["execution"]["executionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (s, execution)
+}
+
 #[test]
 fn the_cancel_extension_cancels_a_waiting_execution_once_and_hides_other_identities() {
     let (k, a) = setup();
@@ -368,24 +399,7 @@ fn a_client_leaving_a_hung_kernel_frees_its_thread_within_seconds() {
 #[test]
 fn a_stop_before_the_task_is_known_cancels_the_task_once_its_id_arrives() {
     let (k, a) = setup();
-    k.script(
-        "late-task",
-        vec![
-            fake_kernel::Step::HoldTask("task".into()),
-            fake_kernel::Step::Hang,
-        ],
-    );
-    let mut s = open_run(
-        &a.url,
-        &body_of(&a.request("t-late", "r1", "scenario:late-task")),
-    );
-    assert!(eventually(5, || !k
-        .calls("SendStreamingMessage")
-        .is_empty()));
-    let execution = a.state_file("t-late")["execution"]["executionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (mut s, execution) = open_run_with_held_task(&k, &a, "t-late", "task");
     assert!(a.state_file("t-late")["execution"]["taskId"].is_null());
     let (status, v) = a.cancel(&execution, "t-late");
     assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
@@ -467,24 +481,7 @@ fn a_client_leaving_or_a_stop_during_the_repair_wait_frees_the_thread_at_once() 
 #[test]
 fn a_stop_whose_run_outlasts_the_bound_still_ends_its_stream_with_run_error() {
     let (k, a) = setup();
-    k.script(
-        "task-never-named",
-        vec![
-            fake_kernel::Step::HoldTask("never".into()),
-            fake_kernel::Step::Hang,
-        ],
-    );
-    let mut s = open_run(
-        &a.url,
-        &body_of(&a.request("t-bound", "r1", "scenario:task-never-named")),
-    );
-    assert!(eventually(5, || !k
-        .calls("SendStreamingMessage")
-        .is_empty()));
-    let execution = a.state_file("t-bound")["execution"]["executionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (mut s, execution) = open_run_with_held_task(&k, &a, "t-bound", "never");
     let (status, v) = a.cancel(&execution, "t-bound");
     assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
     let rest = test_support::raw::read_until(&mut s, b"0\r\n\r\n", Duration::from_secs(10))
@@ -504,24 +501,7 @@ fn a_stop_whose_run_outlasts_the_bound_still_ends_its_stream_with_run_error() {
 #[test]
 fn a_stop_before_the_task_is_known_ends_with_run_error_even_when_cancel_task_hangs() {
     let (k, a) = setup();
-    k.script(
-        "late-task",
-        vec![
-            fake_kernel::Step::HoldTask("late".into()),
-            fake_kernel::Step::Hang,
-        ],
-    );
-    let mut s = open_run(
-        &a.url,
-        &body_of(&a.request("t-late-hung", "r1", "scenario:late-task")),
-    );
-    assert!(eventually(5, || !k
-        .calls("SendStreamingMessage")
-        .is_empty()));
-    let execution = a.state_file("t-late-hung")["execution"]["executionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (mut s, execution) = open_run_with_held_task(&k, &a, "t-late-hung", "late");
     k.stall_cancels(true);
     let (status, v) = a.cancel(&execution, "t-late-hung");
     assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
