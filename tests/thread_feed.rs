@@ -55,14 +55,24 @@ type Frame = (String, Value);
 
 /// A run posted on its own connection, its frames with their cursors.
 fn post_frames(a: &Adapter, body: &Value) -> Vec<Frame> {
+    post_to(&a.url, body)
+}
+
+fn post_to(url: &str, body: &Value) -> Vec<Frame> {
     let resp = agent()
-        .post(format!("{}/", a.url))
+        .post(format!("{url}/"))
         .header("Content-Type", "application/json")
         .header("Accept", "text/event-stream")
         .send(serde_json::to_vec(body).unwrap())
         .unwrap();
     assert_eq!(resp.status(), 200);
     frames_of(resp.into_body().into_reader())
+}
+
+/// A run posted by another client, on a thread of its own: its frames when joined.
+fn post_in_background(a: &Adapter, body: Value) -> std::thread::JoinHandle<Vec<Frame>> {
+    let url = a.url.clone();
+    std::thread::spawn(move || post_to(&url, &body))
 }
 
 fn frames_of(r: impl std::io::Read) -> Vec<Frame> {
@@ -199,18 +209,9 @@ fn two_runs_from_two_clients_arrive_in_order_on_one_open_feed_with_their_own_cur
     assert!(!feed.head.contains("X-AGUI-Resume"), "{}", feed.head);
     let first = post_frames(&a, &a.request("t-two", "r1", "first question"));
     // Another client: another connection, another request of the same thread.
-    let url = a.url.clone();
-    let body = a.request("t-two", "r2", "second question");
-    let second = std::thread::spawn(move || {
-        let resp = agent()
-            .post(format!("{url}/"))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        frames_of(resp.into_body().into_reader())
-    })
-    .join()
-    .unwrap();
+    let second = post_in_background(&a, a.request("t-two", "r2", "second question"))
+        .join()
+        .unwrap();
     let fed = feed.runs(2);
     let mut want = first.clone();
     want.extend(second.clone());
@@ -256,15 +257,7 @@ fn a_cut_feed_resumes_with_last_event_id_mid_run_exactly() {
     gated(&k);
     known_thread(&a, "t-cut");
     let feed = open_feed(&a, "t-cut", None);
-    let (url, body) = (a.url.clone(), a.request("t-cut", "r1", "scenario:gated"));
-    let run = std::thread::spawn(move || {
-        let resp = agent()
-            .post(format!("{url}/"))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        frames_of(resp.into_body().into_reader())
-    });
+    let run = post_in_background(&a, a.request("t-cut", "r1", "scenario:gated"));
     let mut seen = feed.until("TEXT_MESSAGE_CONTENT");
     feed.cut();
     let cursor = seen.last().unwrap().0.clone();
@@ -322,15 +315,7 @@ fn a_feed_opened_mid_run_gets_the_run_from_its_start() {
     let (k, a) = setup(&[]);
     gated(&k);
     known_thread(&a, "t-mid");
-    let (url, body) = (a.url.clone(), a.request("t-mid", "r1", "scenario:gated"));
-    let run = std::thread::spawn(move || {
-        let resp = agent()
-            .post(format!("{url}/"))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        frames_of(resp.into_body().into_reader())
-    });
+    let run = post_in_background(&a, a.request("t-mid", "r1", "scenario:gated"));
     assert!(eventually(10, || a.thread_lookup("t-mid", INVOCATION).1
         ["state"]
         == "running"));
@@ -347,15 +332,7 @@ fn an_open_feed_never_blocks_a_turn_and_a_feed_client_that_leaves_cancels_nothin
     gated(&k);
     known_thread(&a, "t-free");
     let feed = open_feed(&a, "t-free", None);
-    let (url, body) = (a.url.clone(), a.request("t-free", "r1", "scenario:gated"));
-    let run = std::thread::spawn(move || {
-        let resp = agent()
-            .post(format!("{url}/"))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        frames_of(resp.into_body().into_reader())
-    });
+    let run = post_in_background(&a, a.request("t-free", "r1", "scenario:gated"));
     feed.until("TEXT_MESSAGE_CONTENT");
     feed.cut();
     std::thread::sleep(Duration::from_millis(600)); // heartbeat ticks see the feed gone
@@ -470,18 +447,7 @@ fn a_run_that_outgrew_the_buffer_is_entered_by_its_join_and_an_evicted_cursor_ge
     k.script("long-gated", steps);
     known_thread(&a, "t-big");
     let early = open_feed(&a, "t-big", None);
-    let (url, body) = (
-        a.url.clone(),
-        a.request("t-big", "r1", "scenario:long-gated"),
-    );
-    let run = std::thread::spawn(move || {
-        let resp = agent()
-            .post(format!("{url}/"))
-            .header("Content-Type", "application/json")
-            .send(serde_json::to_vec(&body).unwrap())
-            .unwrap();
-        frames_of(resp.into_body().into_reader())
-    });
+    let run = post_in_background(&a, a.request("t-big", "r1", "scenario:long-gated"));
     // (A feed that falls behind the 4 KiB ring while reading the run ends its response: it only
     // gives the first cursor here.)
     let first = early.until("RUN_STARTED");
