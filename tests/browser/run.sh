@@ -58,28 +58,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close();});'
-}
-
-wait_http() { # url pid
-  for _ in $(seq 1 200); do
-    curl -fsS "$1" >/dev/null 2>&1 && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
-target/debug/examples/fake-kernel --port 0 >"$WORK/kernel.log" 2>&1 &
-PIDS+=($!)
-KERNEL_URL=""
-for _ in $(seq 1 200); do
-  KERNEL_URL="$(sed -n 's/^listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$WORK/kernel.log" | head -n1)"
-  [ -n "$KERNEL_URL" ] && break
-  sleep 0.05
-done
-[ -n "$KERNEL_URL" ] || { echo "fake kernel did not start" >&2; exit 1; }
+# shellcheck source=tests/support/servers.sh
+source tests/support/servers.sh
+start_fake_kernel || { echo "fake kernel did not start" >&2; exit 1; }
 
 NGINX_PORT="$(free_port)"
 start_adapter() { # port state-dir log extra-args...

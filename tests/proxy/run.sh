@@ -63,28 +63,9 @@ trap 'exit 130' INT TERM
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-wait_http() { # url pid
-  for _ in $(seq 1 200); do
-    curl -fsS "$1" >/dev/null 2>&1 && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
-target/debug/examples/fake-kernel --port 0 >"$WORK/kernel.log" 2>&1 &
-PIDS+=($!)
-KERNEL_URL=""
-for _ in $(seq 1 200); do
-  KERNEL_URL="$(sed -n 's/^listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$WORK/kernel.log" | head -n1)"
-  [ -n "$KERNEL_URL" ] && break
-  sleep 0.05
-done
-[ -n "$KERNEL_URL" ] || fail "the fake kernel did not start"
+# shellcheck source=tests/support/servers.sh
+source tests/support/servers.sh
+start_fake_kernel || fail "the fake kernel did not start"
 
 ADAPTER_PORT="$(free_port)"
 env -u IAC_CODE_AGUI_AUTH_TOKEN -u IAC_CODE_AGUI_CORS_ALLOW_ORIGIN IAC_CODE_AGUI_ALLOWED_CWDS="$WORK" \
