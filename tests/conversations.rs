@@ -175,19 +175,6 @@ fn all_pages(a: &Adapter, thread: &str, limit: usize) -> Vec<Value> {
     }
 }
 
-fn subscribe(a: &Adapter, execution: &str, body: &Value) -> RunResult {
-    let resp = agent()
-        .post(format!(
-            "{}/extensions/iac-code/v1/executions/{execution}/subscribe",
-            a.url
-        ))
-        .header("Content-Type", "application/json")
-        .header("Accept", "text/event-stream")
-        .send(serde_json::to_vec(body).unwrap())
-        .unwrap();
-    read_result(resp)
-}
-
 /// A join of the thread's newest execution, as a reloaded page does it (the lookup, then the
 /// subscribe), with `extra` keys in the body.
 fn join(a: &Adapter, thread: &str, extra: Value) -> RunResult {
@@ -198,7 +185,7 @@ fn join(a: &Adapter, thread: &str, extra: Value) -> RunResult {
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
     }
-    subscribe(a, v["executionId"].as_str().unwrap(), &body)
+    a.subscribe(v["executionId"].as_str().unwrap(), &body)
 }
 
 /// A turn that waits for a permission, answered `allow_once`: both runs kept as streamed.

@@ -70,18 +70,10 @@ fn attach(
     body: &Value,
     kind: &'static str,
 ) -> std::thread::JoinHandle<RunResult> {
-    let url = format!(
-        "{}/extensions/iac-code/v1/executions/{exec}/subscribe",
-        a.url
-    );
-    let body = serde_json::to_vec(body).unwrap();
+    let (url, exec, body) = (a.url.clone(), exec.to_string(), body.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     let observer = std::thread::spawn(move || {
-        let resp = agent()
-            .post(url)
-            .header("Content-Type", "application/json")
-            .send(body)
-            .unwrap();
+        let resp = post_subscribe(&url, &exec, &body, None);
         let header = resp.headers().get("X-AGUI-Resume").cloned();
         tx.send(header.and_then(|h| h.to_str().ok().map(String::from)))
             .unwrap();
@@ -90,19 +82,6 @@ fn attach(
     let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(got.as_deref(), Some(kind));
     observer
-}
-
-fn subscribe(a: &Adapter, execution: &str, body: &Value) -> RunResult {
-    let resp = agent()
-        .post(format!(
-            "{}/extensions/iac-code/v1/executions/{execution}/subscribe",
-            a.url
-        ))
-        .header("Content-Type", "application/json")
-        .header("Accept", "text/event-stream")
-        .send(serde_json::to_vec(body).unwrap())
-        .unwrap();
-    read_result(resp)
 }
 
 /// Starts a run on its own thread; returns once the kernel has streamed its first text (the
@@ -204,7 +183,7 @@ fn observing_a_waiting_execution_ends_with_the_same_interrupts() {
     let (_k, a) = setup();
     let r = a.run(&a.request("t-obs-wait", "r1", "scenario:permission"));
     let (exec, body) = identity(&a, "t-obs-wait");
-    let o = subscribe(&a, &exec, &body);
+    let o = a.subscribe(&exec, &body);
     assert_eq!(o.status, 200, "{}", o.json);
     assert_eq!(o.events[0]["type"], "RUN_STARTED");
     assert_eq!(o.events[0]["runId"], "r1");
@@ -239,21 +218,21 @@ fn subscribe_refuses_bad_bodies_unknown_threads_and_changed_identities() {
         json!({"threadId": "t-sub-id", "runId": "", "rosInvocationId": "invocation-1"}),
         json!({"threadId": "t-sub-id", "runId": "r1", "rosInvocationId": "invocation-1", "extra": 1}),
     ] {
-        assert_eq!(subscribe(&a, &exec, &bad).status, 400, "{bad}");
+        assert_eq!(a.subscribe(&exec, &bad).status, 400, "{bad}");
     }
     let mut unknown = good.clone();
     unknown["threadId"] = json!("t-nobody");
-    assert_eq!(subscribe(&a, &exec, &unknown).status, 404);
+    assert_eq!(a.subscribe(&exec, &unknown).status, 404);
     for (key, value) in [("runId", "r9"), ("rosInvocationId", "invocation-2")] {
         let mut changed = good.clone();
         changed[key] = json!(value);
-        assert_eq!(subscribe(&a, &exec, &changed).status, 409, "{key}");
+        assert_eq!(a.subscribe(&exec, &changed).status, 409, "{key}");
     }
-    assert_eq!(subscribe(&a, "other-exec", &good).status, 409);
+    assert_eq!(a.subscribe("other-exec", &good).status, 409);
     // With afterSequence (accepted, unused) and the right identity: a stream.
     let mut with_seq = good.clone();
     with_seq["afterSequence"] = json!(3);
-    assert_eq!(subscribe(&a, &exec, &with_seq).status, 200);
+    assert_eq!(a.subscribe(&exec, &with_seq).status, 200);
     // A finished execution is joined with the kept conversation alone (tests/conversations.rs).
     let resume = a.resume_request(
         "t-sub-id",
@@ -263,7 +242,7 @@ fn subscribe_refuses_bad_bodies_unknown_threads_and_changed_identities() {
     assert_eq!(a.run(&resume).status, 200);
     let mut after = good.clone();
     after["runId"] = json!("r2");
-    let idle = subscribe(&a, &exec, &after);
+    let idle = a.subscribe(&exec, &after);
     assert_eq!(idle.status, 200);
     assert_eq!(
         idle.types(),
@@ -334,14 +313,7 @@ fn an_observer_that_leaves_ends_only_its_own_stream_and_gets_heartbeats_meanwhil
     gated(&k);
     let run = start_run(&a, "t-leave", "scenario:gated");
     let (exec, body) = identity(&a, "t-leave");
-    let resp = agent()
-        .post(format!(
-            "{}/extensions/iac-code/v1/executions/{exec}/subscribe",
-            a.url
-        ))
-        .header("Content-Type", "application/json")
-        .send(serde_json::to_vec(&body).unwrap())
-        .unwrap();
+    let resp = post_subscribe(&a.url, &exec, &body, None);
     assert_eq!(resp.status(), 200);
     let mut lines = BufReader::new(resp.into_body().into_reader()).lines();
     // The upstream is silent at the gate: the observer stream still beats (interval 0.2 s).
@@ -384,8 +356,7 @@ fn the_lookup_and_subscribe_routes_are_bearer_protected() {
     );
     let (status, _) = a.thread_lookup("t", "rosInvocationId=x");
     assert_eq!(status, 401);
-    let r = subscribe(
-        &a,
+    let r = a.subscribe(
         "e",
         &json!({"threadId": "t", "runId": "r", "rosInvocationId": "i"}),
     );

@@ -135,18 +135,9 @@ fn an_upgrade_under_load_loses_no_stream_no_approval_and_refuses_no_turn() {
         "{lookup}"
     );
     let exec = lookup["executionId"].as_str().unwrap();
-    let join = agent()
-        .post(format!(
-            "{}/extensions/iac-code/v1/executions/{exec}/subscribe",
-            a.url
-        ))
-        .header("Content-Type", "application/json")
-        .send(
-            serde_json::to_vec(&serde_json::json!({"threadId": "t-live-1", "runId": "r1",
-                "rosInvocationId": "invocation-1"}))
-            .unwrap(),
-        )
-        .unwrap();
+    let body = serde_json::json!({"threadId": "t-live-1", "runId": "r1",
+        "rosInvocationId": "invocation-1"});
+    let join = post_subscribe(&a.url, exec, &body, None);
     assert_eq!(join.headers().get("X-AGUI-Resume").unwrap(), "join");
     let joined = read_result(join);
     assert_eq!(
@@ -549,19 +540,9 @@ fn a_client_cut_during_the_drain_rejoins_in_the_new_process_with_nothing_lost_or
         "{lookup}"
     );
     let exec = lookup["executionId"].as_str().unwrap();
-    let resp = agent()
-        .post(format!(
-            "{}/extensions/iac-code/v1/executions/{exec}/subscribe",
-            a.url
-        ))
-        .header("Content-Type", "application/json")
-        .header("Last-Event-ID", cursor.unwrap())
-        .send(
-            serde_json::to_vec(&serde_json::json!({"threadId": "t-cut", "runId": "r1",
-                "rosInvocationId": "invocation-1"}))
-            .unwrap(),
-        )
-        .unwrap();
+    let body = serde_json::json!({"threadId": "t-cut", "runId": "r1",
+        "rosInvocationId": "invocation-1"});
+    let resp = post_subscribe(&a.url, exec, &body, Some(&cursor.expect("a cursor")));
     assert_eq!(resp.headers().get("X-AGUI-Resume").unwrap(), "join");
     let rest = read_result(resp);
     assert_eq!(

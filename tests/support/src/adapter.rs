@@ -1,7 +1,7 @@
 //! The adapter under test as a child process: started on a free port with its own state
 //! directory and workspace, restarted or killed on demand, killed when dropped.
 
-use crate::client::{agent, post_json, post_run, RunResult};
+use crate::client::{agent, post_json, post_run, post_subscribe, read_result, RunResult};
 use crate::dirs::temp_dir;
 use crate::wait::eventually;
 use serde_json::{json, Value};
@@ -280,6 +280,11 @@ impl Adapter {
     pub fn assert_turn_succeeds(&self, thread: &str, run: &str) {
         let r = self.run(&self.request(thread, run, "hi"));
         assert_eq!(r.last()["outcome"]["type"], "success", "{:?}", r.last());
+    }
+
+    /// A join of `execution` with `body` (the subscribe route), read to its end.
+    pub fn subscribe(&self, execution: &str, body: &Value) -> RunResult {
+        read_result(post_subscribe(&self.url, execution, body, None))
     }
 
     /// `GET /extensions/iac-code/v1/threads/{thread}?{query}`: status and JSON body.

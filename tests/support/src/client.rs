@@ -101,6 +101,27 @@ pub fn post_run(url: &str, body: &Value, headers: &[(&str, &str)]) -> RunResult 
     read_result(resp)
 }
 
+/// `POST {url}/extensions/iac-code/v1/executions/{execution}/subscribe` (a join, or a re-attach
+/// with `Last-Event-ID`): the response, not read yet (its `X-AGUI-Resume` tells which answer).
+pub fn post_subscribe(
+    url: &str,
+    execution: &str,
+    body: &Value,
+    last_event_id: Option<&str>,
+) -> ureq::http::Response<ureq::Body> {
+    let mut req = agent()
+        .post(format!(
+            "{url}/extensions/iac-code/v1/executions/{execution}/subscribe"
+        ))
+        .header("Content-Type", "application/json")
+        .header("Accept", "text/event-stream");
+    if let Some(id) = last_event_id {
+        req = req.header("Last-Event-ID", id);
+    }
+    req.send(serde_json::to_vec(body).unwrap())
+        .expect("POST …/subscribe")
+}
+
 /// The answer read to its end: a JSON body, or an SSE stream (a read error fails the test).
 pub fn read_result(resp: ureq::http::Response<ureq::Body>) -> RunResult {
     let status = resp.status().as_u16();

@@ -22,7 +22,8 @@ mod wait;
 
 pub use adapter::{adapter_bin, free_port, wait_health, Adapter, Options};
 pub use client::{
-    agent, allow, long_agent, open_stream, post_json, post_run, read_result, RunResult,
+    agent, allow, long_agent, open_stream, post_json, post_run, post_subscribe, read_result,
+    RunResult,
 };
 pub use compare::without_ids;
 pub use dirs::temp_dir;
