@@ -63,11 +63,34 @@ pub(crate) struct LiveRun {
     /// before the kernel ended the stream, or the task was named only after a Stop (its
     /// `CancelTask` goes in the background, unconfirmed). The thread's next turn stops it first.
     pub(crate) task_may_outlive: AtomicBool,
+    /// Set once the run is done with its upstream (the kernel ended the stream, or it was cut):
+    /// what is left is the run's own end (its state written, its last events), which cutting
+    /// the upstream would not hasten (`cancel::stop_soon`).
+    pub(crate) upstream_done: AtomicBool,
     /// Set once the run's thread is done with it (its stream ended, its thread freed).
     pub(crate) ended: AtomicBool,
 }
 
 impl LiveRun {
+    pub(crate) fn new(
+        stream: Arc<SseStream>,
+        active: Arc<ActiveRun>,
+        ids: RunIds,
+        lang: Lang,
+        upstream: A2aClient,
+    ) -> Arc<LiveRun> {
+        Arc::new(LiveRun {
+            stream,
+            active: Mutex::new(active),
+            ids,
+            lang,
+            upstream,
+            task_may_outlive: AtomicBool::new(false),
+            upstream_done: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+        })
+    }
+
     pub(crate) fn has_ended(&self) -> bool {
         self.ended.load(Ordering::SeqCst)
     }
