@@ -281,9 +281,12 @@ fn watch_one(mut s: Stopping) -> Option<Stopping> {
             STOP_BOUND
         );
         cut_upstream(live);
-        // It may wait for the run thread (and a client's write) a moment: not on the watcher.
-        let live = live.clone();
-        std::thread::spawn(move || end_stream_at_bound(&live));
+        // Its `RUN_ERROR` is for a client still reading (one that left needs nothing more). It
+        // may wait for the run thread (and a client's write) a moment: not on the watcher.
+        if !live.stream.is_closed() {
+            let live = live.clone();
+            std::thread::spawn(move || end_stream_at_bound(&live));
+        }
         return None;
     }
     if s.grace_from.is_none() && cancel_came_back(live) {

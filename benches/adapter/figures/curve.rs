@@ -68,11 +68,11 @@ impl HeldPoint {
 }
 
 /// The adapter's descriptors that are not a held run's (src/main.rs, `FD_RESERVE`).
-const ADAPTER_FD_RESERVE: u64 = 64 + 16 + 32 + 512;
+const ADAPTER_FD_RESERVE: u64 = 64 + 16 + 32 + 1024;
 
 /// The most held runs this host lets the adapter hold, by the adapter's own start-up arithmetic
 /// (src/main.rs, `fit_host_limits`: the hard open-file limit less its reserve, 2 descriptors a
-/// run), and at most the 10,000: 9,688 under this host's 20,000.
+/// run), and at most the 10,000: 9,432 under this host's 20,000.
 fn host_max_level() -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
