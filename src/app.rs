@@ -42,7 +42,9 @@ impl App {
 /// The runs in progress, so a shutdown can end each of them properly.
 #[derive(Default)]
 pub struct Runs {
-    live: Mutex<Vec<Weak<LiveRun>>>,
+    /// By thread id: an admission asks after its own thread only (`client_left`), which with
+    /// thousands of runs held was a walk over all of them, each admission.
+    live: Mutex<LiveRuns>,
     stopping: AtomicBool,
     /// Set while the kernel drains for a restart (`kernel_drain.rs`): new runs are refused with a
     /// retryable 503, running ones go on.
@@ -63,11 +65,34 @@ pub(crate) struct LiveRun {
     /// before the kernel ended the stream, or the task was named only after a Stop (its
     /// `CancelTask` goes in the background, unconfirmed). The thread's next turn stops it first.
     pub(crate) task_may_outlive: AtomicBool,
+    /// Set once the run is done with its upstream (the kernel ended the stream, or it was cut):
+    /// what is left is the run's own end (its state written, its last events), which cutting
+    /// the upstream would not hasten (`cancel::stop_soon`).
+    pub(crate) upstream_done: AtomicBool,
     /// Set once the run's thread is done with it (its stream ended, its thread freed).
     pub(crate) ended: AtomicBool,
 }
 
 impl LiveRun {
+    pub(crate) fn new(
+        stream: Arc<SseStream>,
+        active: Arc<ActiveRun>,
+        ids: RunIds,
+        lang: Lang,
+        upstream: A2aClient,
+    ) -> Arc<LiveRun> {
+        Arc::new(LiveRun {
+            stream,
+            active: Mutex::new(active),
+            ids,
+            lang,
+            upstream,
+            task_may_outlive: AtomicBool::new(false),
+            upstream_done: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+        })
+    }
+
     pub(crate) fn has_ended(&self) -> bool {
         self.ended.load(Ordering::SeqCst)
     }
@@ -92,30 +117,56 @@ impl Runs {
     /// Refuses new runs from now on and returns the runs still in progress.
     pub(crate) fn stop(&self) -> Vec<Arc<LiveRun>> {
         self.stopping.store(true, Ordering::SeqCst);
-        self.live.lock().iter().filter_map(Weak::upgrade).collect()
+        self.live.lock().all().collect()
     }
 
     /// Whether the client of a run of this thread has left, checked now: its close hook then
     /// runs at once (a run without a grace frees its thread), so a turn sent right after a
     /// dropped connection is not refused as busy while the heartbeat thread has yet to look.
     pub(crate) fn client_left(&self, thread_id: &str) -> bool {
-        let runs: Vec<_> = self.live.lock().iter().filter_map(Weak::upgrade).collect();
-        runs.iter()
-            .filter(|r| r.ids.thread_id == thread_id)
-            .any(|r| r.stream.check_client())
+        let runs: Vec<_> = (self.live.lock().by_thread.get(thread_id))
+            .map(|list| list.iter().filter_map(Weak::upgrade).collect())
+            .unwrap_or_default();
+        runs.iter().any(|r| r.stream.check_client())
     }
 
     /// The run in progress of `execution_id`, if any.
     pub(crate) fn find(&self, execution_id: &str) -> Option<Arc<LiveRun>> {
-        let runs: Vec<_> = self.live.lock().iter().filter_map(Weak::upgrade).collect();
+        let runs: Vec<_> = self.live.lock().all().collect();
         runs.into_iter()
             .find(|r| r.active.lock().execution_id == execution_id && !r.has_ended())
     }
 
     /// Lists a run until its last handle is dropped.
     pub(crate) fn register(&self, live: &Arc<LiveRun>) {
-        let mut list = self.live.lock();
+        let mut runs = self.live.lock();
+        if runs.by_thread.len() >= runs.prune_at {
+            runs.by_thread.retain(|_, list| {
+                list.retain(|w| w.strong_count() > 0);
+                !list.is_empty()
+            });
+            runs.prune_at = (runs.by_thread.len() * 2).max(64);
+        }
+        let list = runs
+            .by_thread
+            .entry(live.ids.thread_id.clone())
+            .or_default();
         list.retain(|w| w.strong_count() > 0);
         list.push(Arc::downgrade(live));
+    }
+}
+
+/// The runs in progress by thread id. Ended runs leave their thread's list when it next
+/// registers a run, or when the map has doubled since it was last pruned (each admission's share
+/// of that walk is constant).
+#[derive(Default)]
+struct LiveRuns {
+    by_thread: std::collections::HashMap<String, Vec<Weak<LiveRun>>>,
+    prune_at: usize,
+}
+
+impl LiveRuns {
+    fn all(&self) -> impl Iterator<Item = Arc<LiveRun>> + '_ {
+        self.by_thread.values().flatten().filter_map(Weak::upgrade)
     }
 }

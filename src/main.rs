@@ -203,9 +203,15 @@ fn fit_host_limits(config: &mut Config) {
 
 /// The concurrent runs the adapter should hold on a host that allows it (issue 27).
 const RUNS_WANTED: u64 = 10_000;
-/// Descriptors that are not a run's: stdio, the listener, the log, state files being written,
-/// /health and other short requests in flight.
-const FD_RESERVE: u64 = 64;
+/// Descriptors that are not a held run's: stdio, the listener, the log, /health and other short
+/// requests in flight (64); state files being read or written (at most 16 at once,
+/// `store::io_gate::AT_ONCE`); `CancelTask` calls in flight (at most 32 at once,
+/// `run::cancel::CANCELS_AT_ONCE`); and a burst of admissions (1,024): a run keeps its
+/// conversation log open until its upstream first falls silent (half a second: ~500 runs at
+/// 1,000 admissions a second), and each admission in flight holds its client's connection
+/// before it counts as a held run (512 at once from the bench's clients). With 512 for the
+/// burst, 9,688 runs here, a few dozen upstream connects failed on `EMFILE`.
+const FD_RESERVE: u64 = 64 + 16 + 32 + 1024;
 /// Mappings that are not a run's: the binary and libraries, malloc arenas, the other threads.
 const MAP_RESERVE: u64 = 2_000;
 /// A run's mappings: its thread's (stack, its guard, signal stack, its guard), and a second

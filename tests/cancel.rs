@@ -312,6 +312,47 @@ fn after_sigkill_the_cancel_extension_reaches_the_old_execution_and_the_next_tur
     a.assert_turn_succeeds("t-crash2", "r2");
 }
 
+/// A kernel slow to answer `CancelTask` (as when thousands of clients leave at once and their
+/// cancels queue at it) that then ends the task's stream itself, as the real kernel does: the
+/// run's upstream grace counts from the answer, not from the Stop, so the stream is not cut
+/// before the kernel could end it; the run ends with `RUN_ERROR CANCELLED` and its execution is
+/// recorded closed (not left as possibly still running upstream).
+#[test]
+fn a_kernel_slow_to_answer_cancel_task_still_ends_the_stream_itself_and_the_execution_closes() {
+    let (k, a) = setup();
+    let mut s = open_run(
+        &a.url,
+        &body_of(&a.request("t-slow", "r1", "scenario:hang")),
+    );
+    let (execution, _, _) = read_session(&mut s);
+    k.stall_cancels(true);
+    let (status, v) = a.cancel(&execution, "t-slow");
+    assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
+    assert!(eventually(5, || !k.calls("CancelTask").is_empty()));
+    // Twice the grace: the grace counted from the Stop would have cut the upstream by now.
+    std::thread::sleep(Duration::from_millis(1000));
+    k.stall_cancels(false);
+    let rest = test_support::raw::read_until(&mut s, b"RUN_ERROR", Duration::from_secs(10))
+        .unwrap_or_else(|g| panic!("no RUN_ERROR: {}", String::from_utf8_lossy(&g)));
+    let err = test_support::raw::events(&rest)
+        .into_iter()
+        .find(|e| e["type"] == "RUN_ERROR")
+        .unwrap();
+    assert_eq!(err["code"], "CANCELLED", "{err}");
+    assert!(
+        eventually(5, || a.state_file("t-slow")["terminalExecutionIds"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!(execution)))),
+        "the execution was not recorded closed: {}",
+        a.state_file("t-slow")
+    );
+    let logs = a.logs();
+    assert!(
+        !logs.contains("did not end the cancelled stream") && !logs.contains("may still run"),
+        "the upstream was cut before the kernel answered: {logs}"
+    );
+}
+
 /// A hung kernel: it takes the run, then neither ends the stream nor honours `CancelTask`. A Stop
 /// still ends the run's stream with `RUN_ERROR CANCELLED` (the adapter shuts its upstream
 /// connection after a 0.5 s grace) and frees the thread: the next turn is admitted and succeeds.

@@ -6,12 +6,17 @@
 //!
 //! It answers `SendStreamingMessage` with the submitted task and one text `statusUpdate` (the
 //! real kernel's shape, benches/frames/text.a2a.sse's first frame, the request's ids filled in)
-//! and then writes nothing; the stream stays open until the adapter closes it. `CancelTask` and
-//! `GetTask` get their answer, as do `/health` and the agent card; `GET /stats` gives the counts
-//! (`{"streams","cancels","open"}`). Every answer but a stream closes its connection.
+//! and then writes nothing; the stream stays open until the adapter closes it or cancels its
+//! task. `CancelTask` ends the task's held stream as the real kernel does (iac_code
+//! `a2a/executor.py`, `cancel_normal_turn`: the cancelled turn publishes its
+//! `TASK_STATE_CANCELED` status update, "Task canceled.", and the SDK ends the stream after that
+//! final state), then answers. `GetTask` gets its answer, as do `/health` and the agent card;
+//! `GET /stats` gives the counts (`{"streams","cancels","open"}`). Every answer but a stream
+//! closes its connection.
 
 use crate::ROOT;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -83,6 +88,9 @@ struct Conn {
     sock: TcpStream,
     buf: Vec<u8>,
     held: bool,
+    /// A held stream's task, and its last frame (written when the task is cancelled).
+    task: String,
+    cancelled_frame: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -90,6 +98,16 @@ struct Counts {
     streams: u64,
     cancels: u64,
     open: u64,
+    /// Each held stream's connection, by its task id.
+    held: HashMap<String, RawFd>,
+}
+
+/// What a request asks of the loop beside its own connection.
+enum Next {
+    Keep,
+    Close,
+    /// Ends the named task's held stream (with its cancelled status), then closes this one.
+    EndTaskThenClose(String),
 }
 
 /// The child's main: serve until stdin closes (the bench ended).
@@ -139,21 +157,44 @@ fn serve(listener: &TcpListener, frame: &str) {
                         sock,
                         buf: Vec::new(),
                         held: false,
+                        task: String::new(),
+                        cancelled_frame: Vec::new(),
                     });
                 }
                 continue;
             }
-            let close = match conns.get_mut(fd as usize).and_then(Option::as_mut) {
+            let next = match conns.get_mut(fd as usize).and_then(Option::as_mut) {
                 Some(c) => on_readable(c, &mut chunk, &mut counts, frame),
-                None => true,
+                None => Next::Close,
             };
-            if close {
-                if let Some(c) = conns.get_mut(fd as usize).and_then(Option::take) {
-                    if c.held {
-                        counts.open -= 1;
-                    }
-                }
+            if let Next::EndTaskThenClose(task) = &next {
+                end_held_stream(&mut conns, &mut counts, task);
             }
+            if !matches!(next, Next::Keep) {
+                close_conn(&mut conns, &mut counts, fd);
+            }
+        }
+    }
+}
+
+/// The cancelled task's stream gets its last status, then ends (its connection closes).
+fn end_held_stream(conns: &mut [Option<Conn>], counts: &mut Counts, task: &str) {
+    let Some(fd) = counts.held.get(task).copied() else {
+        return;
+    };
+    if let Some(c) = conns.get_mut(fd as usize).and_then(Option::as_mut) {
+        c.sock.set_nonblocking(false).ok();
+        let _ = (&c.sock).write_all(&c.cancelled_frame);
+    }
+    close_conn(conns, counts, fd);
+}
+
+/// Dropping the connection closes its socket (and leaves the epoll set).
+fn close_conn(conns: &mut [Option<Conn>], counts: &mut Counts, fd: RawFd) {
+    if let Some(c) = conns.get_mut(fd as usize).and_then(Option::take) {
+        if c.held {
+            counts.open -= 1;
+            counts.held.remove(&c.task);
         }
     }
 }
@@ -167,22 +208,22 @@ fn add(ep: RawFd, fd: RawFd) {
     unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
 }
 
-/// Reads what arrived; answers a whole request. `true`: close the connection.
-fn on_readable(c: &mut Conn, chunk: &mut [u8], counts: &mut Counts, frame: &str) -> bool {
+/// Reads what arrived; answers a whole request.
+fn on_readable(c: &mut Conn, chunk: &mut [u8], counts: &mut Counts, frame: &str) -> Next {
     loop {
         match (&c.sock).read(chunk) {
-            Ok(0) => return true,
+            Ok(0) => return Next::Close,
             Ok(n) if !c.held => c.buf.extend_from_slice(&chunk[..n]),
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(_) => return true,
+            Err(_) => return Next::Close,
         }
     }
     if c.held {
-        return false;
+        return Next::Keep;
     }
     let Some(head_end) = c.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return false;
+        return Next::Keep;
     };
     let head = String::from_utf8_lossy(&c.buf[..head_end]).to_string();
     let len = head
@@ -192,7 +233,7 @@ fn on_readable(c: &mut Conn, chunk: &mut [u8], counts: &mut Counts, frame: &str)
         .and_then(|(_, v)| v.trim().parse::<usize>().ok())
         .unwrap_or(0);
     if c.buf.len() < head_end + 4 + len {
-        return false;
+        return Next::Keep;
     }
     let body = &c.buf[head_end + 4..head_end + 4 + len];
     let mut parts = head.split_whitespace();
@@ -204,8 +245,12 @@ fn on_readable(c: &mut Conn, chunk: &mut [u8], counts: &mut Counts, frame: &str)
             counts.streams += 1;
             counts.open += 1;
             c.held = true;
-            let _ = (&c.sock).write_all(&stream_start(&req, counts.streams, frame));
-            return false;
+            let (start, task, cancelled) = stream_start(&req, counts.streams, frame);
+            let _ = (&c.sock).write_all(&start);
+            counts.held.insert(task.clone(), c.sock.as_raw_fd());
+            c.task = task;
+            c.cancelled_frame = cancelled;
+            return Next::Keep;
         }
         ("POST", "/") if rpc == "CancelTask" || rpc == "GetTask" => {
             if rpc == "CancelTask" {
@@ -241,11 +286,15 @@ fn on_readable(c: &mut Conn, chunk: &mut [u8], counts: &mut Counts, frame: &str)
     .into_bytes();
     out.extend_from_slice(&bytes);
     let _ = (&c.sock).write_all(&out);
-    true
+    match rpc {
+        "CancelTask" => Next::EndTaskThenClose(req["params"]["id"].as_str().unwrap_or("").into()),
+        _ => Next::Close,
+    }
 }
 
-/// The response head, the submitted task and the text frame, with this request's ids.
-fn stream_start(req: &Value, n: u64, frame: &str) -> Vec<u8> {
+/// The response head, the submitted task and the text frame, with this request's ids; the task
+/// id; the stream's last frame if the task is cancelled.
+fn stream_start(req: &Value, n: u64, frame: &str) -> (Vec<u8>, String, Vec<u8>) {
     let ctx = req["params"]["message"]["contextId"].as_str().unwrap_or("");
     let task = crate::support::uuid(7, n);
     let session = crate::support::uuid(8, n);
@@ -257,8 +306,20 @@ fn stream_start(req: &Value, n: u64, frame: &str) -> Vec<u8> {
         .replace(CAPTURED_CTX, ctx)
         .replace(CAPTURED_SESSION, &session)
         .replace("\"id\":\"1\"", &format!("\"id\":{rpc_id}"));
-    format!(
+    let start = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\ndata: {submitted}\n\n{text}\n\n"
+    );
+    // The kernel's `_publish_status(TASK_STATE_CANCELED, "Task canceled.")`: the message id is
+    // the task id and the state's number (5), the session in the metadata.
+    let cancelled = json!({"result": {"statusUpdate": {"taskId": task, "contextId": ctx,
+        "status": {"state": "TASK_STATE_CANCELED", "message": {"messageId": format!("{task}-5"),
+        "contextId": ctx, "taskId": task, "role": "ROLE_AGENT",
+        "parts": [{"text": "Task canceled."}]}, "timestamp": "2026-12-04T00:00:00Z"},
+        "metadata": {"iac_code": {"iacCodeSessionId": session}}}}, "id": req["id"],
+        "jsonrpc": "2.0"});
+    (
+        start.into_bytes(),
+        task,
+        format!("data: {cancelled}\n\n").into_bytes(),
     )
-    .into_bytes()
 }

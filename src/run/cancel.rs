@@ -109,19 +109,69 @@ pub(super) fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
     // A burst of cancels (hundreds of clients leaving at once) can outlast one call's deadline,
     // and a task left running would hold its context: a transport failure is retried, bounded,
     // in the background, so the caller (a cancel request, a run's end) waits for one call only.
-    if let Err(e) = a2a.cancel_task(&task) {
+    let sent = a2a.cancel_task(&task);
+    active.cancel_returned.store(true, Ordering::SeqCst);
+    if let Err(e) = sent {
         log::info!("CancelTask {task} failed, retrying in the background: {e}");
         let a2a = a2a.clone();
         std::thread::spawn(move || retry_cancel(&a2a, &task));
     }
 }
 
-/// [`cancel_once`] on a thread of its own: for a caller that must not wait on a hung kernel (a
-/// cancel request; a run thread that learns its task after a Stop, whose `CancelTask` could
-/// otherwise hold it for the call's 5 s deadline, past [`STOP_BOUND`]).
+/// [`cancel_once`] off the caller's thread: for a caller that must not wait on a hung kernel (a
+/// cancel request; a client that left; a run thread that learns its task after a Stop, whose
+/// `CancelTask` could otherwise hold it for the call's 5 s deadline, past [`STOP_BOUND`]).
+/// The calls queue for at most [`CANCELS_AT_ONCE`] sender threads, which leave when the queue
+/// is empty: when thousands of clients leave at once, a thread and a connection each (as
+/// before) meant thousands of connects to the kernel at the same instant and as many spare
+/// descriptors, and the cancels were all seen 10–25 s later; a few senders in turn take each a
+/// loopback round trip.
 pub(super) fn cancel_in_background(a2a: &A2aClient, active: &Arc<ActiveRun>) {
-    let (a2a, active) = (a2a.clone(), active.clone());
-    std::thread::spawn(move || cancel_once(&a2a, &active));
+    let mut queue = CANCELS.lock();
+    queue.jobs.push_back((a2a.clone(), active.clone()));
+    if queue.senders < CANCELS_AT_ONCE {
+        queue.senders += 1;
+        drop(queue);
+        if std::thread::Builder::new()
+            .name("cancel".into())
+            .spawn(send_cancels)
+            .is_err()
+        {
+            // No thread to be had (the host's limits): the calls already queued wait for a sender
+            // still running, or the next cancel's.
+            CANCELS.lock().senders -= 1;
+        }
+    }
+}
+
+/// `CancelTask` calls sent at once (each a connection to the kernel while it is in flight).
+pub(crate) const CANCELS_AT_ONCE: usize = 32;
+
+struct CancelQueue {
+    jobs: std::collections::VecDeque<(A2aClient, Arc<ActiveRun>)>,
+    senders: usize,
+}
+
+static CANCELS: Mutex<CancelQueue> = Mutex::new(CancelQueue {
+    jobs: std::collections::VecDeque::new(),
+    senders: 0,
+});
+
+/// A sender: the queued calls in turn, until none is left.
+fn send_cancels() {
+    loop {
+        let job = {
+            let mut queue = CANCELS.lock();
+            match queue.jobs.pop_front() {
+                Some(job) => job,
+                None => {
+                    queue.senders -= 1;
+                    return;
+                }
+            }
+        };
+        cancel_once(&job.0, &job.1);
+    }
 }
 
 fn retry_cancel(a2a: &A2aClient, task: &str) {
@@ -139,7 +189,7 @@ fn retry_cancel(a2a: &A2aClient, task: &str) {
 const CANCEL_ATTEMPTS: u32 = 3;
 
 /// How long a cancelled run's kernel may take to end the stream by itself (its last status comes
-/// through) before the run's upstream connection is shut down.
+/// through) once it answered `CancelTask`, before the run's upstream connection is shut down.
 pub(crate) const UPSTREAM_GRACE: Duration = Duration::from_millis(500);
 /// A write to the client blocked this long after a Stop: the client is not reading, and its
 /// socket is shut down (the run's last events cannot reach it anyway).
@@ -148,52 +198,134 @@ const STUCK_WRITE: Duration = Duration::from_millis(200);
 pub(crate) const STOP_BOUND: Duration = Duration::from_secs(3);
 
 /// Makes sure a cancelled run ends soon, whether or not its kernel answers and its client reads:
-/// [`UPSTREAM_GRACE`] after its task is known (the cancel, or the moment the kernel names the
-/// task) its upstream connection is shut down (a kernel that ignores `CancelTask` and never ends
-/// the stream no longer holds the run), a client whose write is blocked is cut at once, and at
-/// [`STOP_BOUND`] both are. While the task is unknown the upstream stays open (up to the bound):
-/// cut then, the run could never learn the task to cancel, and the kernel would work on; the run
-/// thread sends `CancelTask` the moment the id arrives. The run then ends on its own thread
-/// (`RUN_ERROR CANCELLED` for a client still reading) and frees the AG-UI thread.
+/// [`UPSTREAM_GRACE`] after its `CancelTask` came back (the kernel, which ends the cancelled
+/// task's stream with its last status right then, is not cut in the middle of it) its upstream
+/// connection is shut down (a kernel that ignores `CancelTask` and never ends the stream no
+/// longer holds the run), a client whose write is blocked is cut at once, and at [`STOP_BOUND`]
+/// both are. The grace does not count from the Stop: when thousands of clients leave at once,
+/// their `CancelTask` calls queue at the kernel for longer than the grace, and each run would
+/// be cut before its kernel could end it. A `CancelTask` that hangs is covered by the bound.
+/// While the task is unknown the upstream stays open (up to the bound): cut then, the run could
+/// never learn the task to cancel, and the kernel would work on; the run thread sends
+/// `CancelTask` the moment the id arrives. The run then ends on its own thread (`RUN_ERROR
+/// CANCELLED` for a client still reading) and frees the AG-UI thread.
 pub(super) fn stop_soon(live: Arc<LiveRun>) {
-    std::thread::spawn(move || {
-        let started = Instant::now();
-        let mut upstream_stopped = false;
-        let task_known = || live.active.lock().task_id.lock().is_some();
-        let mut grace_from = task_known().then_some(started);
-        while !live.has_ended() && started.elapsed() < STOP_BOUND {
-            if grace_from.is_none() && task_known() {
-                grace_from = Some(Instant::now());
-            }
-            let grace_over = grace_from.is_some_and(|t| t.elapsed() >= UPSTREAM_GRACE);
-            if !upstream_stopped && grace_over {
-                log::info!(
-                    "run {}: the kernel did not end the cancelled stream within {:?}; closing it",
-                    live.ids.run_id,
-                    UPSTREAM_GRACE
-                );
-                cut_upstream(&live);
-                upstream_stopped = true;
-            }
-            if live.stream.write_blocked_for(STUCK_WRITE) {
-                log::info!(
-                    "run {}: its client takes no bytes; closing its stream",
-                    live.ids.run_id
-                );
-                live.stream.shut();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if !live.has_ended() {
-            log::warn!(
-                "run {} did not end within {:?} of its cancel; closing both connections",
-                live.ids.run_id,
-                STOP_BOUND
-            );
-            cut_upstream(&live);
-            end_stream_at_bound(&live);
-        }
+    let mut stopping = STOPPING.lock();
+    stopping.runs.push(Stopping {
+        live,
+        started: Instant::now(),
+        grace_from: None,
+        upstream_stopped: false,
+        writing_since: None,
     });
+    if !stopping.watched {
+        stopping.watched = std::thread::Builder::new()
+            .name("stop-watch".into())
+            .spawn(watch_stops)
+            .is_ok();
+    }
+}
+
+/// A run being stopped, as [`watch_stops`] follows it.
+struct Stopping {
+    live: Arc<LiveRun>,
+    started: Instant,
+    /// When its `CancelTask` came back (the grace runs from then).
+    grace_from: Option<Instant>,
+    upstream_stopped: bool,
+    /// Since when a write to its client was seen in progress at every look.
+    writing_since: Option<Instant>,
+}
+
+struct StopList {
+    runs: Vec<Stopping>,
+    /// Whether the watcher thread runs (it leaves when no run is left to watch).
+    watched: bool,
+}
+
+static STOPPING: Mutex<StopList> = Mutex::new(StopList {
+    runs: Vec::new(),
+    watched: false,
+});
+
+/// How often the watcher looks at the runs being stopped.
+const WATCH_TICK: Duration = Duration::from_millis(50);
+
+/// One thread follows every run being stopped (it was a thread a run, each waking every 50 ms:
+/// with thousands of clients leaving at once, that was most of the two cores while the cancels
+/// and the runs' ends waited for them).
+fn watch_stops() {
+    loop {
+        std::thread::sleep(WATCH_TICK);
+        let runs = std::mem::take(&mut STOPPING.lock().runs);
+        let left: Vec<Stopping> = runs.into_iter().filter_map(watch_one).collect();
+        let mut stopping = STOPPING.lock();
+        stopping.runs.extend(left);
+        if stopping.runs.is_empty() {
+            stopping.watched = false;
+            return;
+        }
+    }
+}
+
+/// One look at a run being stopped; `None` once the watcher is done with it.
+fn watch_one(mut s: Stopping) -> Option<Stopping> {
+    let live = &s.live;
+    if live.has_ended() {
+        return None;
+    }
+    if s.started.elapsed() >= STOP_BOUND {
+        log::warn!(
+            "run {} did not end within {:?} of its cancel; closing both connections",
+            live.ids.run_id,
+            STOP_BOUND
+        );
+        cut_upstream(live);
+        // Its `RUN_ERROR` is for a client still reading (one that left needs nothing more). It
+        // may wait for the run thread (and a client's write) a moment: not on the watcher.
+        if !live.stream.is_closed() {
+            let live = live.clone();
+            std::thread::spawn(move || end_stream_at_bound(&live));
+        }
+        return None;
+    }
+    if s.grace_from.is_none() && cancel_came_back(live) {
+        s.grace_from = Some(Instant::now());
+    }
+    let grace_over = s.grace_from.is_some_and(|t| t.elapsed() >= UPSTREAM_GRACE);
+    let upstream_done = live.upstream_done.load(Ordering::SeqCst);
+    if !s.upstream_stopped && grace_over && !upstream_done {
+        log::info!(
+            "run {}: the kernel did not end the cancelled stream within {:?}; closing it",
+            live.ids.run_id,
+            UPSTREAM_GRACE
+        );
+        cut_upstream(live);
+        s.upstream_stopped = true;
+    }
+    // Sampled each tick, never waited on (the watcher serves every run): a write seen in
+    // progress at each look for `STUCK_WRITE` is a client that takes no bytes.
+    let writing = live.stream.write_in_progress();
+    s.writing_since = if writing {
+        s.writing_since.or(Some(Instant::now()))
+    } else {
+        None
+    };
+    if s.writing_since.is_some_and(|t| t.elapsed() >= STUCK_WRITE) {
+        log::info!(
+            "run {}: its client takes no bytes; closing its stream",
+            live.ids.run_id
+        );
+        live.stream.shut();
+    }
+    Some(s)
+}
+
+/// Whether the run's task is known and its `CancelTask` came back.
+fn cancel_came_back(live: &LiveRun) -> bool {
+    let active = live.active.lock();
+    let known = active.task_id.lock().is_some();
+    known && active.cancel_returned.load(Ordering::SeqCst)
 }
 
 /// The client's stream at the bound: the run thread, its upstream now cut, usually ends it

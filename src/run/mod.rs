@@ -42,9 +42,8 @@ use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
 use cancel::{cancel_in_background, cancel_once, stop_soon};
 use echo::{echoed_input, user_message_json};
-use parking_lot::Mutex;
 use serde_json::Value;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Runs an admitted request to its end on the calling thread, writing to `stream`.
@@ -56,15 +55,14 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     let feed = app.feeds.open(&ids.execution_id);
     feed.watch();
     app.threads.run_started(&ids.thread_id, &feed);
-    let live = Arc::new(LiveRun {
-        stream: stream.clone(),
-        active: Mutex::new(admitted.active.clone()),
-        ids: ids.clone(),
+    let upstream = app.a2a.for_run();
+    let live = LiveRun::new(
+        stream.clone(),
+        admitted.active.clone(),
+        ids.clone(),
         lang,
-        upstream: app.a2a.for_run(),
-        task_may_outlive: AtomicBool::new(false),
-        ended: AtomicBool::new(false),
-    });
+        upstream,
+    );
     app.runs.register(&live);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let (run, mode) = Run::new(app, admitted, stream.clone(), live.clone(), feed.clone());
@@ -194,6 +192,7 @@ impl<'a> Run<'a> {
             Mode::Expired => End::Failed(Msg::InterruptExpired.err()),
         };
         self.stream.clear_on_close();
+        self.live.upstream_done.store(true, Ordering::SeqCst);
         let end = self.settle(end);
         self.guard.close_if_freed(&self.active.execution_id);
         crate::metrics::run_ended(end.outcome());
@@ -581,8 +580,7 @@ impl<'a> Run<'a> {
             if active.task_id.lock().is_some() {
                 slot.release();
             }
-            let (a2a, active) = (a2a.clone(), active.clone());
-            std::thread::spawn(move || cancel_once(&a2a, &active));
+            cancel_in_background(&a2a, &active);
             if let Some(live) = live.upgrade() {
                 stop_soon(live);
             }

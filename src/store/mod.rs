@@ -12,8 +12,10 @@
 mod cursor;
 mod doc;
 mod index;
+mod io_gate;
 mod list;
 mod owner;
+mod replace;
 mod scan;
 mod used;
 
@@ -39,6 +41,9 @@ pub(crate) struct ActiveRun {
     pub(crate) cancelled: AtomicBool,
     /// Set once `CancelTask` was sent, so a disconnect and an error do not both send it.
     pub(crate) cancel_sent: AtomicBool,
+    /// Set once that `CancelTask` came back (answered or failed): a kernel that honours it ends
+    /// the task's stream now, and the run's grace for that (`cancel::stop_soon`) starts here.
+    pub(crate) cancel_returned: AtomicBool,
 }
 
 impl ActiveRun {
@@ -48,6 +53,7 @@ impl ActiveRun {
             task_id: Mutex::new(task_id),
             cancelled: AtomicBool::new(false),
             cancel_sent: AtomicBool::new(false),
+            cancel_returned: AtomicBool::new(false),
         })
     }
 
@@ -137,7 +143,7 @@ impl Store {
     /// Reads a thread's document; `Ok(None)` when the thread is new.
     pub(crate) fn load(&self, thread_id: &str) -> Result<Option<ThreadDoc>, Error> {
         let path = self.path_of(thread_id);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match io_gate::with_descriptor(|| std::fs::read(&path)) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => {
@@ -170,19 +176,16 @@ impl Store {
         let modified = std::time::UNIX_EPOCH + std::time::Duration::from_millis(stamp);
         let write = || -> std::io::Result<()> {
             self.create_dirs()?;
-            let file = atomicwrites::AtomicFile::new(&path, atomicwrites::AllowOverwrite);
-            // The temporary file is made owner-only before any byte is in it; the rename keeps it.
-            file.write(|f| {
-                f.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
-                std::io::Write::write_all(f, &bytes)?;
-                f.set_modified(modified)
-            })
-            .map_err(|e| match e {
-                atomicwrites::Error::Internal(e) | atomicwrites::Error::User(e) => e,
-            })
+            replace::replace(
+                &self.dir,
+                &format!("{key}.json"),
+                &bytes,
+                FILE_MODE,
+                modified,
+            )
         };
         let started = std::time::Instant::now();
-        let written = write();
+        let written = io_gate::with_descriptor(write);
         crate::metrics::STATE_WRITE_LATENCY.observe(started.elapsed());
         let listed = written.is_ok().then_some(()).and(doc.user_id.as_deref());
         self.index.end_write(

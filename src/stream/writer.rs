@@ -187,10 +187,10 @@ impl SseStream {
         }
     }
 
-    /// Whether a write has held the stream for `d` (waiting at most `d`): a client that takes no
-    /// bytes. Heartbeats never hold it (they only try the lock).
-    pub(crate) fn write_blocked_for(&self, d: Duration) -> bool {
-        !self.is_closed() && self.inner.try_lock_for(d).is_none()
+    /// Whether a write holds the stream at this instant (never waits); one seen holding it for a
+    /// while is a client that takes no bytes. Heartbeats never hold it (they only try the lock).
+    pub(crate) fn write_in_progress(&self) -> bool {
+        !self.is_closed() && self.inner.try_lock().is_none()
     }
 
     /// Shuts the connection down now (a Stop for a client that does not read): a write blocked

@@ -352,26 +352,23 @@ fn pieces(rep: &mut Report, configs: &[Config], disk: &Path, tmpfs: &Path) -> Op
         .find_map(|c| first_file(&c.state_dir.join("threads")))
         .unwrap_or_else(|| vec![b'x'; 1500]);
     // Interleaved, so that all three see the same disk (other work makes its fsyncs vary a lot).
-    let [write_disk, write_tmpfs, plain_disk] = state_writes(
+    let [write_disk, write_tmpfs, old_disk] = state_writes(
         &doc,
-        [
-            (disk, atomic_write),
-            (tmpfs, atomic_write),
-            (disk, plain_write),
-        ],
+        [(disk, plain_write), (tmpfs, plain_write), (disk, old_write)],
     )
     .ok()?;
     let connect = connects().ok()?;
     let show = |v: &[u64]| format!("{} / {} µs", pct(v, 50), pct(v, 99));
     rep.line(format!(
-        "The pieces, {PIECES} of each, p50 / p99: one durable state write as src/store.rs makes it (atomicwrites: a \
-         temporary directory and file, write, fsync, rename, fsync of both directories; {} bytes) on the disk: **{}**, \
-         on tmpfs: **{}**; the same write with the temporary file beside the document (write, fsync, rename, fsync of \
-         the one directory) on the disk: **{}**; a loopback TCP connect: **{}**.\n",
+        "The pieces, {PIECES} of each, p50 / p99: one durable state write as src/store/replace.rs makes it (the \
+         temporary file beside the document: write, fsync, rename, fsync of the directory; {} bytes) on the disk: \
+         **{}**, on tmpfs: **{}**; the write before issue 27's third pass (atomicwrites 0.4: a temporary directory \
+         and file, write, fsync, rename, fsync of both directories) on the disk: **{}**; a loopback TCP connect: \
+         **{}**.\n",
         doc.len(),
         show(&write_disk),
         show(&write_tmpfs),
-        show(&plain_disk),
+        show(&old_disk),
         show(&connect)
     ));
     Some(Pieces {
@@ -411,16 +408,26 @@ fn state_writes<const N: usize>(doc: &[u8], writers: [(&Path, Writer); N]) -> Re
     Ok(times)
 }
 
-/// As src/store.rs saves a document (atomicwrites 0.4: 3 fsyncs, a directory made and removed).
-fn atomic_write(path: &Path, doc: &[u8]) -> std::io::Result<()> {
-    atomicwrites::AtomicFile::new(path, atomicwrites::AllowOverwrite)
-        .write(|f| std::io::Write::write_all(f, doc))
-        .map_err(|e| match e {
-            atomicwrites::Error::Internal(e) | atomicwrites::Error::User(e) => e,
-        })
+/// As the store saved a document before issue 27's third pass (atomicwrites 0.4: 3 fsyncs, a
+/// directory made and removed).
+fn old_write(path: &Path, doc: &[u8]) -> std::io::Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let tmpdir = parent.join(format!(".atomicwrite{}", std::process::id()));
+    std::fs::create_dir(&tmpdir)?;
+    let tmp = tmpdir.join("tmpfile.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    std::io::Write::write_all(&mut f, doc)?;
+    f.sync_all()?;
+    drop(f);
+    let (from, to) = (std::fs::File::open(&tmpdir)?, std::fs::File::open(parent)?);
+    std::fs::rename(&tmp, path)?;
+    from.sync_all()?;
+    to.sync_all()?;
+    std::fs::remove_dir(&tmpdir)
 }
 
-/// The same guarantee with 2 fsyncs: a temporary file beside the document, renamed over it.
+/// As src/store/replace.rs saves a document (2 fsyncs): a temporary file beside the document,
+/// renamed over it.
 fn plain_write(path: &Path, doc: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
