@@ -23,7 +23,29 @@ pub(super) fn end_after_panic(ids: RunIds, lang: Lang, stream: &SseStream, feed:
 }
 
 impl Run<'_> {
-    /// What the task's end means for the execution: closed, or waiting for input.
+    /// What a cancel leaves settled, the end recorded and announced, the thread freed and the
+    /// stream closed (never inlined: its locals would stay in the frame a held run waits under).
+    #[inline(never)]
+    pub(super) fn close(&mut self, end: End) {
+        self.stream.clear_on_close();
+        let end = self.settle(end);
+        self.guard.close_if_freed(&self.active.execution_id);
+        crate::metrics::run_ended(end.outcome());
+        match end.code() {
+            Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
+            None => log::debug!("run {} ended", self.input.run_id),
+        }
+        self.proj.finish(&end, &mut self.out);
+        // Everything durable is on disk: free the thread before the client sees the end, so a
+        // resume sent the moment RUN_FINISHED arrives is never refused as THREAD_BUSY.
+        self.guard.release();
+        self.flush();
+        self.stream.finish();
+    }
+
+    /// What the task's end means for the execution: closed, or waiting for input. Never inlined:
+    /// its locals would stay in the frame a held run waits under.
+    #[inline(never)]
     pub(super) fn conclude(&mut self, end: End) -> End {
         match end {
             End::Success => self.terminal(End::Success),
@@ -38,6 +60,7 @@ impl Run<'_> {
     }
 
     /// Gives the task up: cancels it (best effort) and ends with `e`.
+    #[inline(never)]
     pub(super) fn abandon(&mut self, e: Error) -> End {
         self.cancel_upstream();
         End::Failed(e)
@@ -102,7 +125,7 @@ impl Run<'_> {
     /// A cancel (the extension, a disconnect, a shutdown) always leaves this run's execution
     /// closed: its task was told to stop, so nothing of it stays pending, whatever the run saw
     /// meanwhile (an answer refused by the cancelled task, an interrupt that raced the cancel).
-    pub(super) fn settle(&mut self, end: End) -> End {
+    fn settle(&mut self, end: End) -> End {
         let stopping = self.app.runs.stopping();
         let own = self.active.execution_id == self.live.ids.execution_id;
         if !own || !(stopping || self.active.is_cancelled()) {

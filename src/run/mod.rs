@@ -49,10 +49,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Runs an admitted request to its end on the calling thread, writing to `stream`.
-pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
-    let ids = admitted_ids(&admitted);
+///
+/// A held run waits for its kernel under this frame for minutes, and the pages of every frame
+/// live above its read stay resident (a frame's pages are all touched when it is entered: stack
+/// probes), so its frames hold pointers: the run is built on the heap (`Run::new`), and its
+/// set-up and teardown are functions of their own, never inlined, whose locals are gone when it
+/// waits. Never inlined itself, so that its caller's frame stays small too.
+#[inline(never)]
+pub(crate) fn drive(app: &App, admitted: Box<Admitted>, stream: &Arc<SseStream>) {
+    let (live, feed) = open_run(app, &admitted, stream);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let (run, mode) = Run::new(app, admitted, stream.clone(), live.clone(), feed.clone());
+        run.drive(mode);
+    }));
+    close_run(app, &live, &feed, outcome.is_err());
+}
+
+/// The run announced to the rest of the adapter: its log fields, its replay buffer, its entry in
+/// the live runs (a cancel, a shutdown and the heartbeat find it there).
+#[inline(never)]
+fn open_run(app: &App, admitted: &Admitted, stream: &Arc<SseStream>) -> (Arc<LiveRun>, Arc<Feed>) {
+    let ids = admitted_ids(admitted);
     crate::logctx::set_execution(&ids.execution_id);
-    let lang = admitted.lang;
     stream.set_tag(&ids.execution_id);
     let feed = app.feeds.open(&ids.execution_id);
     feed.watch();
@@ -60,22 +78,24 @@ pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
     let live = Arc::new(LiveRun {
         stream: stream.clone(),
         active: Mutex::new(admitted.active.clone()),
-        ids: ids.clone(),
-        lang,
+        ids,
+        lang: admitted.lang,
         upstream: app.a2a.for_run(),
         task_may_outlive: AtomicBool::new(false),
         ended: AtomicBool::new(false),
     });
     app.runs.register(&live);
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let (run, mode) = Run::new(app, admitted, stream.clone(), live.clone(), feed.clone());
-        run.drive(mode);
-    }));
-    if outcome.is_err() {
-        end_after_panic(ids.clone(), lang, stream, &feed);
+    (live, feed)
+}
+
+/// The run's end, told to the rest of the adapter; a run that panicked is ended here first.
+#[inline(never)]
+fn close_run(app: &App, live: &LiveRun, feed: &Arc<Feed>, panicked: bool) {
+    if panicked {
+        end_after_panic(live.ids.clone(), live.lang, &live.stream, feed);
     }
     live.ended.store(true, Ordering::SeqCst);
-    app.feeds.ended(&ids.execution_id, &feed);
+    app.feeds.ended(&live.ids.execution_id, feed);
 }
 
 /// When a projected item's events go to the client.
@@ -116,15 +136,18 @@ struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    // Never inlined: its temporaries would stay in the frame a held run waits under, resident.
+    /// The run, built here and moved to the heap once: its frames then hold a pointer to it,
+    /// not its ~2 KiB (the projection, the input, the thread's document). Never inlined: its
+    /// temporaries would stay in the frame a held run waits under, resident.
     #[inline(never)]
     fn new(
         app: &'a App,
-        a: Admitted,
+        a: Box<Admitted>,
         stream: Arc<SseStream>,
         live: Arc<LiveRun>,
         feed: Arc<Feed>,
-    ) -> (Run<'a>, Mode) {
+    ) -> (Box<Run<'a>>, Mode) {
+        let a = *a;
         let mut proj = Projection::new(live.ids.clone(), a.lang)
             .in_session(a.doc.iac_code_session_id.as_deref());
         if let (Mode::Resume(_), Some(exec)) = (&a.mode, &a.doc.execution) {
@@ -141,7 +164,7 @@ impl<'a> Run<'a> {
         }
         let lang_tag =
             (a.input.iac.preferred_language.clone()).unwrap_or_else(|| a.lang.tag().to_string());
-        let run = Run {
+        let run = Box::new(Run {
             app,
             input: a.input,
             doc: a.doc,
@@ -157,12 +180,29 @@ impl<'a> Run<'a> {
             guard: a.guard,
             feed,
             turn,
-        };
+        });
         (run, a.mode)
     }
 
-    /// The run's life: `RUN_STARTED`, its phase, what a cancel leaves, the closing events.
-    fn drive(mut self, mode: Mode) {
+    /// The run's life: `RUN_STARTED`, its phase, what a cancel leaves, the closing events. A
+    /// held run waits under this frame: its start and its end are phases of their own.
+    fn drive(mut self: Box<Self>, mode: Mode) {
+        self.start(&mode);
+        let end = match mode {
+            Mode::NewTurn(message) => self.new_turn(message),
+            Mode::RepairThenNewTurn { next, message } => match self.repair(next) {
+                Ok(()) => self.new_turn(message),
+                Err(e) => End::Failed(e),
+            },
+            Mode::Resume(entries) => self.resume(&entries),
+            Mode::Expired => End::Failed(Msg::InterruptExpired.err()),
+        };
+        self.close(end);
+    }
+
+    /// `RUN_STARTED` (never inlined: its locals would stay in the frame the run waits under).
+    #[inline(never)]
+    fn start(&mut self, mode: &Mode) {
         log::debug!(
             "run {} on thread {} starts ({})",
             self.input.run_id,
@@ -175,29 +215,6 @@ impl<'a> Run<'a> {
         );
         self.proj.start(&mut self.out);
         self.flush();
-        let end = match mode {
-            Mode::NewTurn(message) => self.new_turn(message),
-            Mode::RepairThenNewTurn { next, message } => match self.repair(*next) {
-                Ok(()) => self.new_turn(message),
-                Err(e) => End::Failed(e),
-            },
-            Mode::Resume(entries) => self.resume(&entries),
-            Mode::Expired => End::Failed(Msg::InterruptExpired.err()),
-        };
-        self.stream.clear_on_close();
-        let end = self.settle(end);
-        self.guard.close_if_freed(&self.active.execution_id);
-        crate::metrics::run_ended(end.outcome());
-        match end.code() {
-            Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
-            None => log::debug!("run {} ended", self.input.run_id),
-        }
-        self.proj.finish(&end, &mut self.out);
-        // Everything durable is on disk: free the thread before the client sees the end, so a
-        // resume sent the moment RUN_FINISHED arrives is never refused as THREAD_BUSY.
-        self.guard.release();
-        self.flush();
-        self.stream.finish();
     }
 
     /// The request's `forwardedProps.iacCode` as the A2A client sends it, in the run's language.
@@ -233,12 +250,26 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Sends the user's message and reads the task to its next end.
+    /// Sends the user's message and reads the task to its next end. A held run waits under this
+    /// frame: the sending is a phase of its own (never inlined, nor is this one, so that its
+    /// caller's frame does not grow by it).
+    #[inline(never)]
+    fn new_turn(&mut self, message: UserMessage) -> End {
+        let mut upstream = match self.send_turn(message) {
+            Ok(upstream) => upstream,
+            Err(end) => return end,
+        };
+        let end = self.pump(&mut upstream);
+        self.conclude(end)
+    }
+
+    /// The user's message sent; its stream, or the run's end when it cannot be sent.
     /// The message is serialized once, its text then moved to the replay buffer (a join's
     /// snapshot), and only the bytes go out: one copy of a large message besides the text.
-    fn new_turn(&mut self, message: UserMessage) -> End {
+    #[inline(never)]
+    fn send_turn(&mut self, message: UserMessage) -> Result<A2aStream, End> {
         if self.app.runs.stopping() {
-            return self.terminal(End::Failed(shutting_down()));
+            return Err(self.terminal(End::Failed(shutting_down())));
         }
         let UserMessage { id, parts } = message;
         let mut message = a2a::user_message(
@@ -253,16 +284,13 @@ impl<'a> Run<'a> {
         self.feed.set_user(user_message_json(&id, &mut message));
         drop(message);
         self.cancel_on_disconnect();
-        let mut upstream = match self.live.upstream.send_streaming_body(body) {
-            Ok(s) => s,
-            Err(e) => return self.terminal(End::Failed(e)),
-        };
-        let end = self.pump(&mut upstream);
-        self.conclude(end)
+        (self.live.upstream.send_streaming_body(body)).map_err(|e| self.terminal(End::Failed(e)))
     }
 
     /// Reads the A2A stream into the client until the task reaches an end for this run. A stream
-    /// that stops short (closed, broken, its client gone) leaves the task cancelled.
+    /// that stops short (closed, broken, its client gone) leaves the task cancelled. A held run
+    /// waits under this frame: what an item needs is in `relay`'s (never inlined).
+    #[inline(never)]
     fn pump(&mut self, upstream: &mut A2aStream) -> End {
         let mut stack_released: Option<std::time::Instant> = None;
         loop {
@@ -293,6 +321,7 @@ impl<'a> Run<'a> {
     /// One item read from the stream: projected, and written unless the next is already
     /// buffered upstream: those go out in one write with it (fewer syscalls under load, and no
     /// added latency: the write comes before a read could block). `Some` ends the read.
+    #[inline(never)]
     fn relay(&mut self, next: &a2a::Next) -> Option<End> {
         let write = if next.buffered {
             Write::WithNextItem

@@ -39,7 +39,9 @@ impl Answered {
 }
 
 impl Run<'_> {
-    /// Resumes the waiting execution with the client's answers.
+    /// Resumes the waiting execution with the client's answers. Never inlined: its frame would
+    /// grow the one a held new turn waits under.
+    #[inline(never)]
     pub(super) fn resume(&mut self, entries: &[ResumeEntry]) -> End {
         let execution_id = self.execution().execution_id.clone();
         let applied: Vec<String> = self
