@@ -189,7 +189,10 @@ pub fn trim() {
 /// its deepest call once touched (admission parses and validates the request, writes the state,
 /// logs). Later calls touch fresh zero pages again. The guard page below the stack is never
 /// touched: the range starts one page above the stack's lowest address. A cheap call (one
-/// `pthread_getattr_np` and one `madvise`); callers rate-limit it all the same.
+/// `pthread_getattr_np` and one `madvise`); callers rate-limit it all the same. Never inlined:
+/// the margin below its marker then covers only the rest of its own frame and what it calls, not
+/// the rest of a caller's frame it would be inlined into.
+#[inline(never)]
 pub(crate) fn release_unused_stack() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: pthread_getattr_np fills a local attribute object for this thread (a spawned thread:
@@ -239,9 +242,11 @@ pub(crate) fn release_pages(buf: &mut [u8]) {
 }
 
 const PAGE: usize = 4096;
-/// What stays below the caller's frame: this function's own frame and the libc calls it makes
-/// (a few hundred bytes; the kernel's side of madvise does not use this stack).
-const STACK_MARGIN: usize = 2 * 1024;
+/// What stays below `release_unused_stack`'s marker: the rest of its own frame (never inlined)
+/// and the libc calls it makes (a few hundred bytes; the kernel's side of madvise does not use
+/// this stack). 512 bytes, not more: the page under a held run's caller frame is then given
+/// back too (issue 27).
+const STACK_MARGIN: usize = 512;
 
 #[cfg(test)]
 mod tests {

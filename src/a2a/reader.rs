@@ -54,13 +54,14 @@ impl<R: std::io::Read> A2aStream<R> {
     pub(crate) fn next_view(&mut self) -> Result<Option<Next<'_>>, Error> {
         match self {
             A2aStream::One(v, text) => match v.take() {
-                Some(v) => view_value(v, text, false).map(Some),
+                Some(v) => view_value(v, text, false),
                 None => Ok(None),
             },
+            // The view is returned as it is built, in the caller's slot (no copy of it here).
             A2aStream::Sse(events, text) => match events.next_data() {
-                Ok(Some((data, buffered))) => view(data, text, buffered).map(Some),
+                Ok(Some((data, buffered))) => view(data, text, buffered),
                 Ok(None) => Ok(None),
-                Err(e) => Err(read_error(&e)),
+                Err(e) => Err(read_failed(&e)),
             },
         }
     }
@@ -69,9 +70,13 @@ impl<R: std::io::Read> A2aStream<R> {
 /// One SSE event's `result`, viewed in place where it can be, else read as a `Value` (`text`
 /// holds its text).
 #[inline(never)]
-fn view<'a>(data: &'a [u8], text: &'a mut String, buffered: bool) -> Result<Next<'a>, Error> {
+fn view<'a>(
+    data: &'a [u8],
+    text: &'a mut String,
+    buffered: bool,
+) -> Result<Option<Next<'a>>, Error> {
     if let Some(item) = Item::of_frame(data) {
-        return Ok(Next { item, buffered });
+        return Ok(Some(Next { item, buffered }));
     }
     // Not a plain result (or a shape the view refuses, such as a repeated key): the `Value`
     // reading decides, so both readings accept the same frames, but for one leniency of the
@@ -81,8 +86,15 @@ fn view<'a>(data: &'a [u8], text: &'a mut String, buffered: bool) -> Result<Next
 }
 
 /// A `result` read as a `Value`, viewed through its text (kept in `text`).
-fn view_value(result: Value, text: &mut String, buffered: bool) -> Result<Next<'_>, Error> {
+fn view_value(result: Value, text: &mut String, buffered: bool) -> Result<Option<Next<'_>>, Error> {
     *text = result.to_string();
     let item = Item::of_result(text).map_err(|_| Msg::StreamNotJson.err())?;
-    Ok(Next { item, buffered })
+    Ok(Some(Next { item, buffered }))
+}
+
+/// A failed read (rare: never inlined into the frame a held run waits under).
+#[cold]
+#[inline(never)]
+fn read_failed(e: &std::io::Error) -> Error {
+    read_error(e)
 }

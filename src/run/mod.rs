@@ -297,8 +297,10 @@ impl<'a> Run<'a> {
             if self.active.is_cancelled() {
                 return End::Failed(Msg::Cancelled.err());
             }
-            let next = match upstream.next_view() {
-                Ok(Some(next)) => next,
+            // The view stays where next_view built it (matched by reference, not moved).
+            let read = upstream.next_view();
+            let next = match read {
+                Ok(Some(ref next)) => next,
                 Ok(None) if self.proj.got_reply_message() => return End::Success,
                 Ok(None) => {
                     let e = Msg::StreamEndedEarly.err();
@@ -306,7 +308,7 @@ impl<'a> Run<'a> {
                 }
                 Err(e) => return self.abandon(e),
             };
-            if let Some(end) = self.relay(&next) {
+            if let Some(end) = self.relay(next) {
                 return end;
             }
             // Nothing more buffered: the next read may wait long (a held run). What admission
