@@ -27,6 +27,10 @@ thread_local! {
     static LARGE: Cell<bool> = const { Cell::new(false) };
     /// What this thread gives back when it starts waiting idle (a run: its conversation log).
     static ON_IDLE: RefCell<Option<Box<dyn Fn()>>> = const { RefCell::new(None) };
+    /// This thread's stack (lowest address, size), once [`release_unused_stack`] asked glibc:
+    /// `pthread_getattr_np` allocates, and touches several hundred bytes of stack below its
+    /// caller, which a release at a held run's deepest point would leave resident.
+    static STACK: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
 /// Sets (or clears) what this thread gives back when it waits idle: see [`idle`].
@@ -189,25 +193,21 @@ pub fn trim() {
 /// its deepest call once touched (admission parses and validates the request, writes the state,
 /// logs). Later calls touch fresh zero pages again. The guard page below the stack is never
 /// touched: the range starts one page above the stack's lowest address. A cheap call (one
-/// `pthread_getattr_np` and one `madvise`); callers rate-limit it all the same.
+/// `madvise`; the stack's bounds are asked of glibc once per thread); callers rate-limit it all
+/// the same. Never inlined: the margin below its marker then covers only the rest of its own
+/// frame and what it calls, not the rest of a caller's frame it would be inlined into.
+#[inline(never)]
 pub(crate) fn release_unused_stack() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: pthread_getattr_np fills a local attribute object for this thread (a spawned thread:
-    // no /proc read), destroyed after use; madvise(MADV_DONTNEED) covers only addresses below the
-    // live frames (STACK_MARGIN under this function's own frame), inside this thread's stack.
+    // SAFETY: madvise(MADV_DONTNEED) covers only addresses below the live frames (STACK_MARGIN
+    // under this function's own frame), inside this thread's stack.
     unsafe {
         let marker = 0u8;
         let here = std::ptr::addr_of!(marker) as usize;
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+        let Some((low, size)) = stack_bounds() else {
             return;
-        }
-        let mut low: *mut libc::c_void = std::ptr::null_mut();
-        let mut size: libc::size_t = 0;
-        let ok = libc::pthread_attr_getstack(&attr, &mut low, &mut size) == 0;
-        libc::pthread_attr_destroy(&mut attr);
-        let low = low as usize;
-        if !ok || here <= low || here >= low + size {
+        };
+        if here <= low || here >= low + size {
             return;
         }
         let start = (low + 2 * PAGE - 1) & !(PAGE - 1);
@@ -216,6 +216,33 @@ pub(crate) fn release_unused_stack() {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
         }
     }
+}
+
+/// This thread's stack, (lowest address, size), asked of glibc once per thread.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn stack_bounds() -> Option<(usize, usize)> {
+    let known = STACK.with(Cell::get);
+    if known.1 != 0 {
+        return Some(known);
+    }
+    // SAFETY: pthread_getattr_np fills a local attribute object for this thread (a spawned
+    // thread: no /proc read), destroyed after use.
+    let (ok, low, size) = unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut low: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut low, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        (ok, low as usize, size)
+    };
+    if !ok || size == 0 {
+        return None;
+    }
+    STACK.with(|s| s.set((low, size)));
+    Some((low, size))
 }
 
 /// The whole pages inside `buf` are given back to the system (`MADV_DONTNEED`): the buffer stays
@@ -239,9 +266,11 @@ pub(crate) fn release_pages(buf: &mut [u8]) {
 }
 
 const PAGE: usize = 4096;
-/// What stays below the caller's frame: this function's own frame and the libc calls it makes
-/// (a few hundred bytes; the kernel's side of madvise does not use this stack).
-const STACK_MARGIN: usize = 2 * 1024;
+/// What stays below `release_unused_stack`'s marker: the rest of its own frame (never inlined:
+/// 15 bytes below the marker in the LTO build, 87 in a debug build) and the `madvise` call (its
+/// return address; the kernel's side does not use this stack). 256 bytes, not more: the page
+/// under a held run's deepest frame is then given back too (issue 27).
+const STACK_MARGIN: usize = 256;
 
 #[cfg(test)]
 mod tests {

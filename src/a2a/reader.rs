@@ -47,29 +47,54 @@ impl<R: std::io::Read> A2aStream<R> {
         }
     }
 
-    /// The next `result`, viewed in place (the run's hot path); `Ok(None)` at the end.
+    /// The next `result`, viewed in place (the run's hot path); `Ok(None)` at the end. A held
+    /// run waits for the kernel under this frame (in `next_data`): the viewing, whose frame is
+    /// large, is a function of its own, entered once the bytes are there (its pages are not
+    /// kept resident for as long as the kernel is silent).
     pub(crate) fn next_view(&mut self) -> Result<Option<Next<'_>>, Error> {
-        let (result, text, buffered) = match self {
+        match self {
             A2aStream::One(v, text) => match v.take() {
-                Some(v) => (v, text, false),
-                None => return Ok(None),
+                Some(v) => view_value(v, text, false),
+                None => Ok(None),
             },
-            A2aStream::Sse(events, text) => {
-                let Some((data, buffered)) = events.next_data().map_err(|e| read_error(&e))? else {
-                    return Ok(None);
-                };
-                if let Some(item) = Item::of_frame(data) {
-                    return Ok(Some(Next { item, buffered }));
-                }
-                // Not a plain result (or a shape the view refuses, such as a repeated key): the
-                // `Value` reading decides, so both readings accept the same frames, but for one
-                // leniency of the view: what it skips unread is not checked to the end (a lone
-                // surrogate escape, a number beyond f64), where a `Value` refuses the frame.
-                (parse_rpc(data)?, text, buffered)
-            }
-        };
-        *text = result.to_string();
-        let item = Item::of_result(text).map_err(|_| Msg::StreamNotJson.err())?;
-        Ok(Some(Next { item, buffered }))
+            // The view is returned as it is built, in the caller's slot (no copy of it here).
+            A2aStream::Sse(events, text) => match events.next_data() {
+                Ok(Some((data, buffered))) => view(data, text, buffered),
+                Ok(None) => Ok(None),
+                Err(e) => Err(read_failed(&e)),
+            },
+        }
     }
+}
+
+/// One SSE event's `result`, viewed in place where it can be, else read as a `Value` (`text`
+/// holds its text).
+#[inline(never)]
+fn view<'a>(
+    data: &'a [u8],
+    text: &'a mut String,
+    buffered: bool,
+) -> Result<Option<Next<'a>>, Error> {
+    if let Some(item) = Item::of_frame(data) {
+        return Ok(Some(Next { item, buffered }));
+    }
+    // Not a plain result (or a shape the view refuses, such as a repeated key): the `Value`
+    // reading decides, so both readings accept the same frames, but for one leniency of the
+    // view: what it skips unread is not checked to the end (a lone surrogate escape, a number
+    // beyond f64), where a `Value` refuses the frame.
+    view_value(parse_rpc(data)?, text, buffered)
+}
+
+/// A `result` read as a `Value`, viewed through its text (kept in `text`).
+fn view_value(result: Value, text: &mut String, buffered: bool) -> Result<Option<Next<'_>>, Error> {
+    *text = result.to_string();
+    let item = Item::of_result(text).map_err(|_| Msg::StreamNotJson.err())?;
+    Ok(Some(Next { item, buffered }))
+}
+
+/// A failed read (rare: never inlined into the frame a held run waits under).
+#[cold]
+#[inline(never)]
+fn read_failed(e: &std::io::Error) -> Error {
+    read_error(e)
 }

@@ -182,6 +182,9 @@ impl Transport for LeanTransport {
                 // and what the thread registered for its idle waits (its conversation log).
                 self.bufs.release_idle();
                 crate::memory::idle();
+                // What the idle callbacks touched below this frame goes back too: the thread may
+                // now wait for minutes with only its live frames resident.
+                crate::memory::release_unused_stack();
                 ready = self.wait_readable(left.map(|l| l - first))?;
             }
             if !ready {

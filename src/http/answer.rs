@@ -30,7 +30,7 @@ pub(super) fn answer(
     // where they would stay for the stream's life.
     let (app, req, cors) = (app.clone(), Box::new(req), Box::new(cors));
     match next {
-        Ok(Next::Run(admitted)) => Some(Box::new(move || stream_run(&app, req, *admitted, &cors))),
+        Ok(Next::Run(admitted)) => Some(Box::new(move || stream_run(&app, req, admitted, &cors))),
         Ok(Next::Observe(observer)) => Some(Box::new(move || {
             stream_observer(&app, req, *observer, &cors)
         })),
@@ -127,7 +127,7 @@ fn reply_error_with(req: Request, e: &Error, lang: Lang, cors: &Cors) {
 
 /// The run continues on this request thread, which owns the connection; admission already
 /// marked the thread busy, and dropping `admitted` on any failure releases it.
-fn stream_run(app: &Arc<App>, req: Box<Request>, admitted: Admitted, cors: &Cors) {
+fn stream_run(app: &Arc<App>, req: Box<Request>, admitted: Box<Admitted>, cors: &Cors) {
     let stream = match open_stream(req, app.config.write_timeout, &cors.head()) {
         Ok(s) => s,
         Err(e) => {

@@ -7,12 +7,14 @@
 //!
 //! This file is the run's life: one sequence (`Run::drive`) and one function per phase. The
 //! phases that need more room have their own files: `resume.rs` (answers to interrupts),
-//! `repair.rs` (the execution a killed adapter left running); `cancel.rs` is the cancel extension,
+//! `repair.rs` (the execution a killed adapter left running), `end.rs` (what the task's end means
+//! for the execution, what a cancel leaves, a panic's end); `cancel.rs` is the cancel extension,
 //! `shutdown.rs` ends every run on SIGTERM.
 
 mod admit;
 mod cancel;
 mod echo;
+mod end;
 mod identity;
 mod relay;
 mod repair;
@@ -30,59 +32,67 @@ pub use shutdown::shutdown;
 
 use crate::a2a::{self, A2aStream, Turn};
 use crate::app::{App, LiveRun};
-use crate::error::{Code, Error, Lang, Msg};
+use crate::error::{Error, Lang, Msg};
 use crate::feed::Feed;
 use crate::history::Recorder;
-use crate::ids;
 use crate::input::{RunInput, UserMessage};
-use crate::interrupts;
-use crate::projection::{End, Events, Projection, RunIds};
-use crate::store::{ActiveRun, Execution, Pending, ThreadDoc};
+use crate::projection::{End, Events, Projection};
+use crate::store::{ActiveRun, Execution, ThreadDoc};
 use crate::stream::SseStream;
 use admit::{ActiveGuard, Mode};
 use cancel::{cancel_in_background, cancel_once, stop_soon};
 use echo::{echoed_input, user_message_json};
+use end::end_after_panic;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Runs an admitted request to its end on the calling thread, writing to `stream`.
-pub(crate) fn drive(app: &App, admitted: Admitted, stream: &Arc<SseStream>) {
-    let ids = admitted_ids(&admitted);
-    crate::logctx::set_execution(&ids.execution_id);
-    let lang = admitted.lang;
-    stream.set_tag(&ids.execution_id);
-    let feed = app.feeds.open(&ids.execution_id);
-    feed.watch();
-    app.threads.run_started(&ids.thread_id, &feed);
-    let upstream = app.a2a.for_run();
-    let live = LiveRun::new(
-        stream.clone(),
-        admitted.active.clone(),
-        ids.clone(),
-        lang,
-        upstream,
-    );
-    app.runs.register(&live);
+///
+/// A held run waits for its kernel under this frame for minutes, and the pages of every frame
+/// live above its read stay resident (a frame's pages are all touched when it is entered: stack
+/// probes), so its frames hold pointers: the run is built on the heap (`Run::new`), and its
+/// set-up and teardown are functions of their own, never inlined, whose locals are gone when it
+/// waits. Never inlined itself, so that its caller's frame stays small too.
+#[inline(never)]
+pub(crate) fn drive(app: &App, admitted: Box<Admitted>, stream: &Arc<SseStream>) {
+    let (live, feed) = open_run(app, &admitted, stream);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let (run, mode) = Run::new(app, admitted, stream.clone(), live.clone(), feed.clone());
         run.drive(mode);
     }));
-    if outcome.is_err() {
-        end_after_panic(ids.clone(), lang, stream, &feed);
-    }
-    live.ended.store(true, Ordering::SeqCst);
-    app.feeds.ended(&ids.execution_id, &feed);
+    close_run(app, &live, &feed, outcome.is_err());
 }
 
-/// The span state went with the panic: a fresh projection closes nothing and reports it.
-fn end_after_panic(ids: RunIds, lang: Lang, stream: &SseStream, feed: &Feed) {
-    log::error!("run {} panicked; ending it with RUN_ERROR", ids.run_id);
-    let e = Msg::ProjectionFailed.err();
-    let mut out = Vec::new();
-    Projection::new(ids, lang).finish(&End::Failed(e), &mut out);
-    stream.send_frames(&feed.push(&out), out.len());
-    stream.finish();
+/// The run announced to the rest of the adapter: its log fields, its replay buffer, its entry in
+/// the live runs (a cancel, a shutdown and the heartbeat find it there).
+#[inline(never)]
+fn open_run(app: &App, admitted: &Admitted, stream: &Arc<SseStream>) -> (Arc<LiveRun>, Arc<Feed>) {
+    let ids = admitted_ids(admitted);
+    crate::logctx::set_execution(&ids.execution_id);
+    stream.set_tag(&ids.execution_id);
+    let feed = app.feeds.open(&ids.execution_id);
+    feed.watch();
+    app.threads.run_started(&ids.thread_id, &feed);
+    let live = LiveRun::new(
+        stream.clone(),
+        admitted.active.clone(),
+        ids,
+        admitted.lang,
+        app.a2a.for_run(),
+    );
+    app.runs.register(&live);
+    (live, feed)
+}
+
+/// The run's end, told to the rest of the adapter; a run that panicked is ended here first.
+#[inline(never)]
+fn close_run(app: &App, live: &LiveRun, feed: &Arc<Feed>, panicked: bool) {
+    if panicked {
+        end_after_panic(live.ids.clone(), live.lang, &live.stream, feed);
+    }
+    live.ended.store(true, Ordering::SeqCst);
+    app.feeds.ended(&live.ids.execution_id, feed);
 }
 
 /// When a projected item's events go to the client.
@@ -123,15 +133,18 @@ struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    // Never inlined: its temporaries would stay in the frame a held run waits under, resident.
+    /// The run, built here and moved to the heap once: its frames then hold a pointer to it,
+    /// not its ~2 KiB (the projection, the input, the thread's document). Never inlined: its
+    /// temporaries would stay in the frame a held run waits under, resident.
     #[inline(never)]
     fn new(
         app: &'a App,
-        a: Admitted,
+        a: Box<Admitted>,
         stream: Arc<SseStream>,
         live: Arc<LiveRun>,
         feed: Arc<Feed>,
-    ) -> (Run<'a>, Mode) {
+    ) -> (Box<Run<'a>>, Mode) {
+        let a = *a;
         let mut proj = Projection::new(live.ids.clone(), a.lang)
             .in_session(a.doc.iac_code_session_id.as_deref());
         if let (Mode::Resume(_), Some(exec)) = (&a.mode, &a.doc.execution) {
@@ -148,7 +161,7 @@ impl<'a> Run<'a> {
         }
         let lang_tag =
             (a.input.iac.preferred_language.clone()).unwrap_or_else(|| a.lang.tag().to_string());
-        let run = Run {
+        let run = Box::new(Run {
             app,
             input: a.input,
             doc: a.doc,
@@ -164,12 +177,29 @@ impl<'a> Run<'a> {
             guard: a.guard,
             feed,
             turn,
-        };
+        });
         (run, a.mode)
     }
 
-    /// The run's life: `RUN_STARTED`, its phase, what a cancel leaves, the closing events.
-    fn drive(mut self, mode: Mode) {
+    /// The run's life: `RUN_STARTED`, its phase, what a cancel leaves, the closing events. A
+    /// held run waits under this frame: its start and its end are phases of their own.
+    fn drive(mut self: Box<Self>, mode: Mode) {
+        self.start(&mode);
+        let end = match mode {
+            Mode::NewTurn(message) => self.new_turn(message),
+            Mode::RepairThenNewTurn { next, message } => match self.repair(next) {
+                Ok(()) => self.new_turn(message),
+                Err(e) => End::Failed(e),
+            },
+            Mode::Resume(entries) => self.resume(&entries),
+            Mode::Expired => End::Failed(Msg::InterruptExpired.err()),
+        };
+        self.close(end);
+    }
+
+    /// `RUN_STARTED` (never inlined: its locals would stay in the frame the run waits under).
+    #[inline(never)]
+    fn start(&mut self, mode: &Mode) {
         log::debug!(
             "run {} on thread {} starts ({})",
             self.input.run_id,
@@ -182,30 +212,6 @@ impl<'a> Run<'a> {
         );
         self.proj.start(&mut self.out);
         self.flush();
-        let end = match mode {
-            Mode::NewTurn(message) => self.new_turn(message),
-            Mode::RepairThenNewTurn { next, message } => match self.repair(*next) {
-                Ok(()) => self.new_turn(message),
-                Err(e) => End::Failed(e),
-            },
-            Mode::Resume(entries) => self.resume(&entries),
-            Mode::Expired => End::Failed(Msg::InterruptExpired.err()),
-        };
-        self.stream.clear_on_close();
-        self.live.upstream_done.store(true, Ordering::SeqCst);
-        let end = self.settle(end);
-        self.guard.close_if_freed(&self.active.execution_id);
-        crate::metrics::run_ended(end.outcome());
-        match end.code() {
-            Some(code) => log::info!("run {} ended with {code}", self.input.run_id),
-            None => log::debug!("run {} ended", self.input.run_id),
-        }
-        self.proj.finish(&end, &mut self.out);
-        // Everything durable is on disk: free the thread before the client sees the end, so a
-        // resume sent the moment RUN_FINISHED arrives is never refused as THREAD_BUSY.
-        self.guard.release();
-        self.flush();
-        self.stream.finish();
     }
 
     /// The request's `forwardedProps.iacCode` as the A2A client sends it, in the run's language.
@@ -241,12 +247,26 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Sends the user's message and reads the task to its next end.
+    /// Sends the user's message and reads the task to its next end. A held run waits under this
+    /// frame: the sending is a phase of its own (never inlined, nor is this one, so that its
+    /// caller's frame does not grow by it).
+    #[inline(never)]
+    fn new_turn(&mut self, message: UserMessage) -> End {
+        let mut upstream = match self.send_turn(message) {
+            Ok(upstream) => upstream,
+            Err(end) => return end,
+        };
+        let end = self.pump(&mut upstream);
+        self.conclude(end)
+    }
+
+    /// The user's message sent; its stream, or the run's end when it cannot be sent.
     /// The message is serialized once, its text then moved to the replay buffer (a join's
     /// snapshot), and only the bytes go out: one copy of a large message besides the text.
-    fn new_turn(&mut self, message: UserMessage) -> End {
+    #[inline(never)]
+    fn send_turn(&mut self, message: UserMessage) -> Result<A2aStream, End> {
         if self.app.runs.stopping() {
-            return self.terminal(End::Failed(shutting_down()));
+            return Err(self.terminal(End::Failed(shutting_down())));
         }
         let UserMessage { id, parts } = message;
         let mut message = a2a::user_message(
@@ -261,24 +281,23 @@ impl<'a> Run<'a> {
         self.feed.set_user(user_message_json(&id, &mut message));
         drop(message);
         self.cancel_on_disconnect();
-        let mut upstream = match self.live.upstream.send_streaming_body(body) {
-            Ok(s) => s,
-            Err(e) => return self.terminal(End::Failed(e)),
-        };
-        let end = self.pump(&mut upstream);
-        self.conclude(end)
+        (self.live.upstream.send_streaming_body(body)).map_err(|e| self.terminal(End::Failed(e)))
     }
 
     /// Reads the A2A stream into the client until the task reaches an end for this run. A stream
-    /// that stops short (closed, broken, its client gone) leaves the task cancelled.
+    /// that stops short (closed, broken, its client gone) leaves the task cancelled. A held run
+    /// waits under this frame: what an item needs is in `relay`'s (never inlined).
+    #[inline(never)]
     fn pump(&mut self, upstream: &mut A2aStream) -> End {
         let mut stack_released: Option<std::time::Instant> = None;
         loop {
             if self.active.is_cancelled() {
                 return End::Failed(Msg::Cancelled.err());
             }
-            let next = match upstream.next_view() {
-                Ok(Some(next)) => next,
+            // The view stays where next_view built it (matched by reference, not moved).
+            let read = upstream.next_view();
+            let next = match read {
+                Ok(Some(ref next)) => next,
                 Ok(None) if self.proj.got_reply_message() => return End::Success,
                 Ok(None) => {
                     let e = Msg::StreamEndedEarly.err();
@@ -286,7 +305,7 @@ impl<'a> Run<'a> {
                 }
                 Err(e) => return self.abandon(e),
             };
-            if let Some(end) = self.relay(&next) {
+            if let Some(end) = self.relay(next) {
                 return end;
             }
             // Nothing more buffered: the next read may wait long (a held run). What admission
@@ -301,6 +320,7 @@ impl<'a> Run<'a> {
     /// One item read from the stream: projected, and written unless the next is already
     /// buffered upstream: those go out in one write with it (fewer syscalls under load, and no
     /// added latency: the write comes before a read could block). `Some` ends the read.
+    #[inline(never)]
     fn relay(&mut self, next: &a2a::Next) -> Option<End> {
         let write = if next.buffered {
             Write::WithNextItem
@@ -392,109 +412,6 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// What the task's end means for the execution: closed, or waiting for input.
-    fn conclude(&mut self, end: End) -> End {
-        match end {
-            End::Success => self.terminal(End::Success),
-            End::Interrupt(inputs) => self.interrupt(inputs),
-            End::Failed(e) => {
-                if e.code == Code::Cancelled {
-                    self.cancel_upstream();
-                }
-                self.terminal(End::Failed(e))
-            }
-        }
-    }
-
-    /// Gives the task up: cancels it (best effort) and ends with `e`.
-    fn abandon(&mut self, e: Error) -> End {
-        self.cancel_upstream();
-        End::Failed(e)
-    }
-
-    /// Records that the execution ended (best effort: the end is announced either way).
-    fn terminal(&mut self, end: End) -> End {
-        if self.left_running() {
-            return end;
-        }
-        self.doc.mark_terminal();
-        if let Err(e) = self.save() {
-            log::error!("cannot record the end of run {}: {e}", self.input.run_id);
-        }
-        end
-    }
-
-    /// Persists the input waits, then (only then) announces them, with all still pending.
-    fn interrupt(&mut self, inputs: Vec<Value>) -> End {
-        self.record_pending(inputs);
-        if let Err(e) = self.save() {
-            // Fail closed: nothing resumable is announced, and the task must not wait forever.
-            self.cancel_upstream();
-            self.execution().pending.clear();
-            return End::Failed(e);
-        }
-        let lang = self.lang;
-        let list = self
-            .execution()
-            .pending
-            .values()
-            .map(|p| {
-                interrupts::to_interrupt(&p.value, p.expires_at.as_deref().unwrap_or(""), lang)
-            })
-            .collect();
-        End::Interrupt(list)
-    }
-
-    /// The input waits, with their expiry, and the pipeline facts a resume needs.
-    fn record_pending(&mut self, inputs: Vec<Value>) {
-        let ttl = self.app.config.interrupt_ttl.as_millis() as u64;
-        let expires_ms = ids::now_ms() + ttl;
-        let expires = ids::rfc3339(expires_ms);
-        let durable = self.proj.durable();
-        let task = self.proj.task_id().map(String::from);
-        let exec = self.execution();
-        for input in inputs {
-            let id = input["inputId"].as_str().unwrap_or_default().to_string();
-            exec.pending.entry(id).or_insert(Pending {
-                sideband: interrupts::is_sideband(&input),
-                value: input,
-                expires_at: Some(expires.clone()),
-                expires_at_ms: Some(expires_ms),
-            });
-        }
-        exec.task_id = task;
-        exec.pipeline_sequence = durable.pipeline_sequence;
-        exec.pipeline_open_steps = durable.open_steps.into_iter().collect();
-        exec.text_snapshot_digests = durable.text_digests.into_iter().collect();
-    }
-
-    /// A cancel (the extension, a disconnect, a shutdown) always leaves this run's execution
-    /// closed: its task was told to stop, so nothing of it stays pending, whatever the run saw
-    /// meanwhile (an answer refused by the cancelled task, an interrupt that raced the cancel).
-    fn settle(&mut self, end: End) -> End {
-        let stopping = self.app.runs.stopping();
-        let own = self.active.execution_id == self.live.ids.execution_id;
-        if !own || !(stopping || self.active.is_cancelled()) {
-            return end;
-        }
-        let exec = self.execution();
-        let open = !exec.pending.is_empty() || exec.task_id.is_some();
-        let id = exec.execution_id.clone();
-        if (open || !self.doc.is_terminal(&id)) && !self.left_running() {
-            self.cancel_upstream();
-            self.doc.mark_terminal();
-            if let Err(e) = self.save() {
-                log::error!("cannot record the end of run {}: {e}", self.input.run_id);
-            }
-        }
-        match end {
-            End::Success => End::Success,
-            _ if stopping => End::Failed(shutting_down()),
-            // Whatever else the run met (an answer the cancelled task refused), it was cancelled.
-            _ => End::Failed(Msg::Cancelled.err()),
-        }
-    }
-
     /// Writes the projected events (replay buffer, conversation, client; then the text still
     /// streaming settled in the conversation); `false` once the client is gone
     /// and the run should stop (always `true` with a detach grace: the grace decides).
@@ -508,23 +425,6 @@ impl<'a> Run<'a> {
         );
         self.turn.settle();
         ok || !self.app.config.detach_grace.is_zero()
-    }
-
-    /// The kernel may still run the task (its upstream cut by `cancel::stop_soon` before the
-    /// kernel said the task ended, or its task named only after a Stop): the execution stays
-    /// recorded as running, so the thread's next turn stops it first
-    /// (`repair.rs`: cancel, wait, bounded), or answers the retryable `A2A_UNAVAILABLE` when it
-    /// cannot, rather than sending a turn the kernel would refuse as "already working".
-    fn left_running(&self) -> bool {
-        let known = self.proj.task_id().is_some();
-        if known && self.live.task_may_outlive.load(Ordering::SeqCst) {
-            log::warn!(
-                "run {}: its task may still run upstream; the next turn stops it first",
-                self.input.run_id
-            );
-            return true;
-        }
-        false
     }
 
     fn execution(&mut self) -> &mut Execution {

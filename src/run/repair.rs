@@ -17,7 +17,9 @@ const REPAIR_TIMEOUT: Duration = Duration::from_secs(15);
 impl Run<'_> {
     /// Stops and closes the thread's unfinished execution, then installs `next` and makes it the
     /// thread's active run.
-    pub(super) fn repair(&mut self, next: Execution) -> Result<(), Error> {
+    /// Never inlined: its frame would grow the one a held run waits under.
+    #[inline(never)]
+    pub(super) fn repair(&mut self, next: Box<Execution>) -> Result<(), Error> {
         let old = self.execution().clone();
         log::info!(
             "thread {}: execution {} never ended; stopping it before the new turn",
@@ -41,7 +43,7 @@ impl Run<'_> {
             }
         }
         self.doc.mark_terminal();
-        self.doc.execution = Some(next);
+        self.doc.execution = Some(*next);
         self.save()?;
         let fresh = ActiveRun::new(&self.execution().execution_id, None);
         self.guard.replace(fresh.clone());

@@ -39,7 +39,9 @@ impl Answered {
 }
 
 impl Run<'_> {
-    /// Resumes the waiting execution with the client's answers.
+    /// Resumes the waiting execution with the client's answers. Never inlined: its frame would
+    /// grow the one a held new turn waits under.
+    #[inline(never)]
     pub(super) fn resume(&mut self, entries: &[ResumeEntry]) -> End {
         let execution_id = self.execution().execution_id.clone();
         let applied: Vec<String> = self
@@ -64,7 +66,9 @@ impl Run<'_> {
         }
     }
 
-    /// Phases 1–4; `Continue` carries the task id and the answers to send.
+    /// Phases 1–4; `Continue` carries the task id and the answers to send. Never inlined: its
+    /// locals would stay in the frame a resumed run then waits under.
+    #[inline(never)]
     fn prepare_answers(
         &mut self,
         entries: &[ResumeEntry],
@@ -266,7 +270,9 @@ impl Run<'_> {
     }
 
     /// The answers, in the order given; the stream of the last one is read to the task's next
-    /// end. Side waits only: each with a unary `SendMessage`, then the task followed.
+    /// end. Side waits only: each with a unary `SendMessage`, then the task followed. Never
+    /// inlined, so that `resume`'s frame, above the wait, stays small.
+    #[inline(never)]
     fn send_answers(&mut self, task_id: &str, answers: Vec<Answered>) -> End {
         // The recovery cursor of the follow-up: where this run stood before the kernel went on
         // (the reference's `recovery_after`). Events of the send/subscribe gap sit above it even
@@ -373,21 +379,25 @@ impl Run<'_> {
         }
     }
 
-    /// Reads a stream to the task's next end; `None` when it stops short (closed, broken).
+    /// Reads a stream to the task's next end; `None` when it stops short (closed, broken). A
+    /// resumed run waits under this frame: the view is matched in place (not moved), and the
+    /// log line is out of line.
+    #[inline(never)]
     fn read_to_end(&mut self, upstream: &mut A2aStream) -> Option<End> {
         loop {
             if self.active.is_cancelled() {
                 return Some(End::Failed(Msg::Cancelled.err()));
             }
-            let next = match upstream.next_view() {
-                Ok(Some(next)) => next,
+            let read = upstream.next_view();
+            let next = match read {
+                Ok(Some(ref next)) => next,
                 Ok(None) => return None,
                 Err(e) => {
-                    log::warn!("the A2A stream stopped: {e}");
+                    stream_stopped(&e);
                     return None;
                 }
             };
-            if let Some(end) = self.relay(&next) {
+            if let Some(end) = self.relay(next) {
                 return Some(end);
             }
         }
@@ -569,4 +579,10 @@ fn repeated_interrupt_id() -> Error {
 
 fn not_all_answered() -> Error {
     Msg::NotAllAnswered.err()
+}
+
+#[cold]
+#[inline(never)]
+fn stream_stopped(e: &Error) {
+    log::warn!("the A2A stream stopped: {e}");
 }
