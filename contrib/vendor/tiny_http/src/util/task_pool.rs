@@ -10,7 +10,7 @@ type Task = Box<dyn FnMut() + Send>;
 /// Manages a collection of threads.
 ///
 /// A new thread is created every time all the existing threads are full.
-/// Any idle thread will automatically die after a few seconds.
+/// Any idle thread beyond the minimum dies after a second (`IDLE_THREAD_LINGER`).
 ///
 /// iac-code-agui patch: a failed thread spawn is reported to the caller (with its task back)
 /// instead of panicking while the queue lock is held, which poisoned the lock and then panicked
@@ -45,6 +45,12 @@ impl Sharing {
 
 /// Minimum number of active threads.
 static MIN_THREADS: usize = 4;
+
+/// How long a thread beyond `MIN_THREADS` waits idle for a task before it exits. Upstream waits
+/// 5 s; a burst of parked connections resumed at once (thousands of clients leaving together)
+/// then kept its threads, stacks and mappings for 5 s after their work was done. Spawning a
+/// thread costs tens of microseconds, so 1 s keeps a burst's threads for the burst.
+const IDLE_THREAD_LINGER: Duration = Duration::from_millis(1000);
 
 struct Registration<'a> {
     nb: &'a AtomicUsize,
@@ -167,7 +173,7 @@ fn worker(sharing: Arc<Sharing>, initial_fn: Option<Task>) {
                 } else {
                     let (new_lock, waitres) = sharing
                         .condvar
-                        .wait_timeout(todo, Duration::from_millis(5000))
+                        .wait_timeout(todo, IDLE_THREAD_LINGER)
                         .unwrap_or_else(|e| e.into_inner());
                     todo = new_lock;
                     !waitres.timed_out()
@@ -191,5 +197,34 @@ impl Drop for TaskPool {
             .active_tasks
             .store(999_999_999, Ordering::Release);
         self.sharing.condvar.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Barrier;
+    use std::time::Instant;
+
+    #[test]
+    fn threads_beyond_the_minimum_exit_about_a_second_after_their_burst() {
+        let pool = TaskPool::new();
+        let burst = Arc::new(Barrier::new(9));
+        for _ in 0..8 {
+            let b = burst.clone();
+            let _ = pool.spawn(Box::new(move || {
+                b.wait();
+            }));
+        }
+        burst.wait();
+        let active = || pool.sharing.active_tasks.load(Ordering::Acquire);
+        assert!(active() >= 8, "{} threads for 8 concurrent tasks", active());
+        // Upstream's 5 s linger would keep them past this bound.
+        let t0 = Instant::now();
+        while active() > MIN_THREADS && t0.elapsed() < Duration::from_secs(4) {
+            thread::sleep(Duration::from_millis(20));
+        }
+        // (Threads that time out together may all leave, the minimum's too: upstream's check.)
+        assert!(active() <= MIN_THREADS, "{} after {:?}", active(), t0.elapsed());
     }
 }
