@@ -265,6 +265,96 @@ pub(crate) fn release_pages(buf: &mut [u8]) {
     }
 }
 
+/// A zero-filled byte buffer on whole pages of its own (its start page-aligned, its allocation
+/// rounded up to pages), so that [`release_pages`] gives back every page of it. Why: a buffer
+/// inside a glibc arena shares its first and last page with its neighbours, and those two partial
+/// pages stay resident when the rest is given back: ~4 KiB a buffer on average, 8 KiB a held run
+/// for its two upstream buffers (benches/REPORT.md, issue 27, third pass). The allocation is
+/// still glibc's (`posix_memalign`), in the thread's arena: no mapping of its own.
+pub(crate) struct PageBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: PageBuf owns its allocation as a Box<[u8]> would; no shared state.
+unsafe impl Send for PageBuf {}
+// SAFETY: as above: `&PageBuf` only reads the bytes.
+unsafe impl Sync for PageBuf {}
+
+impl PageBuf {
+    pub(crate) const fn new() -> PageBuf {
+        PageBuf {
+            ptr: std::ptr::NonNull::dangling(),
+            len: 0,
+        }
+    }
+
+    fn layout(len: usize) -> std::alloc::Layout {
+        let size = len.div_ceil(PAGE) * PAGE;
+        std::alloc::Layout::from_size_align(size, PAGE).expect("a buffer size within isize")
+    }
+
+    /// Grows the buffer to `len` bytes (never shrinks): its bytes kept, the new ones zero.
+    pub(crate) fn grow_to(&mut self, len: usize) {
+        if len <= self.len {
+            return;
+        }
+        let layout = Self::layout(len);
+        // SAFETY: `layout` has a non-zero size (len > 0); the old bytes are copied from a live
+        // allocation of `self.len` bytes into a new one of at least `len`, then the old one is
+        // freed with the layout it was allocated with.
+        unsafe {
+            let new = std::alloc::alloc_zeroed(layout);
+            let Some(new) = std::ptr::NonNull::new(new) else {
+                std::alloc::handle_alloc_error(layout);
+            };
+            if self.len > 0 {
+                std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), new.as_ptr(), self.len);
+                std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len));
+            }
+            self.ptr = new;
+        }
+        self.len = len;
+    }
+}
+
+impl Default for PageBuf {
+    fn default() -> PageBuf {
+        PageBuf::new()
+    }
+}
+
+impl std::fmt::Debug for PageBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PageBuf({} bytes)", self.len)
+    }
+}
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live allocation of at least `len` initialised bytes (or dangling
+        // with len 0, a valid empty slice).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for PageBuf {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated in `grow_to` with this very layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        }
+    }
+}
+
 const PAGE: usize = 4096;
 /// What stays below `release_unused_stack`'s marker: the rest of its own frame (never inlined:
 /// 15 bytes below the marker in the LTO build, 87 in a debug build) and the `madvise` call (its
@@ -313,6 +403,27 @@ mod tests {
         assert_eq!(buf[32 * 1024], 0);
         buf.fill(3);
         assert!(buf.iter().all(|b| *b == 3));
+    }
+
+    #[test]
+    fn a_page_buffer_grows_keeping_its_bytes_and_gives_back_every_page() {
+        let mut buf = super::PageBuf::new();
+        assert!(buf.is_empty());
+        buf.grow_to(5000);
+        assert_eq!(buf.len(), 5000);
+        assert_eq!(buf.as_ptr() as usize % super::PAGE, 0, "page-aligned");
+        assert!(buf.iter().all(|b| *b == 0));
+        buf[..3].copy_from_slice(b"abc");
+        buf.grow_to(100);
+        assert_eq!(buf.len(), 5000, "never shrinks");
+        buf.grow_to(9000);
+        assert_eq!(&buf[..3], b"abc");
+        assert!(buf[3..].iter().all(|b| *b == 0));
+        super::release_pages(&mut buf);
+        assert!(
+            buf.iter().all(|b| *b == 0),
+            "every page given back, even the first"
+        );
     }
 
     #[test]

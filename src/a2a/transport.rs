@@ -9,6 +9,7 @@
 //! holes in glibc's arenas, still resident) and waits on; the next read touches fresh zero pages.
 //! A fast stream never waits that long, so its reads go as before (one `poll` more per read).
 
+use crate::memory::PageBuf;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
@@ -219,11 +220,12 @@ impl Transport for LeanTransport {
 struct LeanBuffers {
     input_size: usize,
     output_size: usize,
-    input: Vec<u8>,
+    /// Both on whole pages of their own, so that `release_idle` gives back every page of them.
+    input: PageBuf,
     filled: usize,
     consumed: usize,
     progress: bool,
-    output: Vec<u8>,
+    output: PageBuf,
 }
 
 impl LeanBuffers {
@@ -245,15 +247,11 @@ impl LeanBuffers {
             self.consumed = 0;
         }
         let want = self.input_size.max(self.filled + at_least);
-        if self.input.len() < want {
-            self.input.resize(want, 0);
-        }
+        self.input.grow_to(want);
     }
 
     fn ensure_output(&mut self) {
-        if self.output.len() < self.output_size {
-            self.output.resize(self.output_size, 0);
-        }
+        self.output.grow_to(self.output_size);
     }
 }
 

@@ -14,12 +14,12 @@ use std::time::Instant;
 
 #[derive(Default)]
 pub(super) struct Fold {
-    pub(super) run_started: Option<Value>,
-    /// The user's message of a new turn (not an event: the run's input).
-    user: Option<Value>,
+    pub(super) run_started: Option<Kept>,
+    /// The user's message of a new turn (not an event: the run's input), and its id.
+    user: Option<(Option<String>, Kept)>,
     /// Custom events by name, latest kept, in first-seen order.
-    customs: Vec<(String, Value)>,
-    activities: Vec<(String, Value)>,
+    customs: Vec<(String, Kept)>,
+    activities: Vec<(String, Kept)>,
     items: Vec<Item>,
     steps: Vec<String>,
     /// `REASONING_START` spans still open (message ids).
@@ -45,7 +45,27 @@ enum Item {
         args: Escaped,
         open: bool,
     },
-    Result(Value),
+    Result {
+        id: String,
+        event: Kept,
+    },
+}
+
+/// An event (or message) kept whole for a join, as its JSON text, parsed again only when a join
+/// asks for it. Why text: a `Value` tree costs several times the text it was read from (a B-tree
+/// node of a few hundred bytes per object, a block per key and string), and a held run keeps
+/// its `RUN_STARTED`, its session event and its user's message for its whole life: ~4 KiB a run
+/// as trees, ~1 KiB as text (benches/REPORT.md, issue 27, third pass).
+pub(super) struct Kept(Box<str>);
+
+impl Kept {
+    fn of(ev: &Value) -> Kept {
+        Kept(ev.to_string().into_boxed_str())
+    }
+
+    fn value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or_default()
+    }
 }
 
 /// Streamed text as it came, still JSON-escaped: each delta is appended as the bytes between its
@@ -84,7 +104,8 @@ fn s(ev: &Value, key: &str) -> String {
 
 impl Fold {
     pub(super) fn set_user(&mut self, message: Value) {
-        self.user = Some(message);
+        let id = message["id"].as_str().map(String::from);
+        self.user = Some((id, Kept::of(&message)));
     }
 
     /// Takes one event in (everything but the run's end).
@@ -95,7 +116,7 @@ impl Fold {
         let id = s(ev, "messageId");
         match ty {
             EventType::RunStarted if self.run_started.is_none() => {
-                self.run_started = Some(ev.clone())
+                self.run_started = Some(Kept::of(ev))
             }
             EventType::Custom => keep_latest(&mut self.customs, s(ev, "name"), ev),
             EventType::ActivitySnapshot => keep_latest(&mut self.activities, id, ev),
@@ -139,7 +160,10 @@ impl Fold {
                 open: true,
             }),
             EventType::ToolCallEnd => self.close("", Some(&s(ev, "toolCallId"))),
-            EventType::ToolCallResult => self.items.push(Item::Result(ev.clone())),
+            EventType::ToolCallResult => self.items.push(Item::Result {
+                id: s(ev, "messageId"),
+                event: Kept::of(ev),
+            }),
             EventType::StepStarted => self.steps.push(s(ev, "stepName")),
             EventType::StepFinished => {
                 let name = s(ev, "stepName");
@@ -223,9 +247,9 @@ impl Fold {
         };
         let mut out = Vec::new();
         if let Some(started) = &self.run_started {
-            out.push(started.clone());
+            out.push(started.value());
         }
-        out.extend(self.customs.iter().map(|(_, ev)| ev.clone()));
+        out.extend(self.customs.iter().map(|(_, ev)| ev.value()));
         let messages = self.with_past(past, limit);
         match ended {
             Some(_) => out.extend(crate::catchup::snapshot_then_tail(messages, now_ms)),
@@ -234,7 +258,7 @@ impl Fold {
                 "messages": messages}),
             ),
         }
-        out.extend(self.activities.iter().map(|(_, ev)| stamp(ev.clone())));
+        out.extend(self.activities.iter().map(|(_, ev)| stamp(ev.value())));
         for step in &self.steps {
             out.push(
                 json!({"type": EventType::StepStarted, "stepName": step, "timestamp": now_ms}),
@@ -255,7 +279,11 @@ impl Fold {
     /// snapshot), this turn's closed messages in the place of its first record there (so what was
     /// kept after them, as an interrupt's record, stays after them); the newest `limit` when given.
     fn with_past(&self, past: &[Value], limit: Option<usize>) -> Vec<Value> {
-        let mut known: Vec<&str> = self.user.iter().filter_map(|u| u["id"].as_str()).collect();
+        let mut known: Vec<&str> = self
+            .user
+            .iter()
+            .filter_map(|(id, _)| id.as_deref())
+            .collect();
         known.extend(self.activities.iter().map(|(id, _)| id.as_str()));
         for item in &self.items {
             match item {
@@ -264,7 +292,7 @@ impl Fold {
                     known.push(id);
                     known.extend(parent.as_deref());
                 }
-                Item::Result(ev) => known.extend(ev["messageId"].as_str()),
+                Item::Result { id, .. } => known.push(id),
             }
         }
         let mine = |m: &Value| m["id"].as_str().is_some_and(|id| known.contains(&id));
@@ -280,7 +308,7 @@ impl Fold {
 
     /// Every message that is closed, as AG-UI messages (tool calls on their parent message).
     fn closed_messages(&self) -> Vec<Value> {
-        let mut msgs: Vec<Value> = self.user.iter().cloned().collect();
+        let mut msgs: Vec<Value> = self.user.iter().map(|(_, m)| m.value()).collect();
         for item in &self.items {
             match item {
                 Item::Text {
@@ -315,9 +343,12 @@ impl Fold {
                             .push(json!({"id": owner, "role": "assistant", "toolCalls": [call]})),
                     }
                 }
-                Item::Result(ev) => msgs.push(json!({
+                Item::Result { event, .. } => {
+                    let ev = event.value();
+                    msgs.push(json!({
                     "id": ev["messageId"], "role": "tool",
-                    "toolCallId": ev["toolCallId"], "content": ev["content"]})),
+                    "toolCallId": ev["toolCallId"], "content": ev["content"]}))
+                }
                 _ => {}
             }
         }
@@ -325,10 +356,10 @@ impl Fold {
     }
 }
 
-fn keep_latest(list: &mut Vec<(String, Value)>, key: String, ev: &Value) {
+fn keep_latest(list: &mut Vec<(String, Kept)>, key: String, ev: &Value) {
     match list.iter_mut().find(|(k, _)| *k == key) {
-        Some(slot) => slot.1 = ev.clone(),
-        None => list.push((key, ev.clone())),
+        Some(slot) => slot.1 = Kept::of(ev),
+        None => list.push((key, Kept::of(ev))),
     }
 }
 

@@ -6,7 +6,9 @@
 
 use std::collections::VecDeque;
 
-const FIRST_BLOCK: usize = 4096;
+/// A run's first block: most turns are short, and a held run writes 1–2 KiB (its start, its
+/// session, a first message) and then waits for minutes (benches/REPORT.md, issue 27, third pass).
+const FIRST_BLOCK: usize = 2048;
 
 pub(super) struct Ring {
     blocks: VecDeque<Vec<u8>>,
@@ -57,7 +59,7 @@ impl Ring {
             .blocks
             .back()
             .is_some_and(|b| b.capacity() - b.len() >= frame.len());
-        if !fits {
+        if !fits && !self.grow_only_block(frame.len()) {
             self.new_block(frame.len());
         }
         let block = self.first_block + self.blocks.len() as u64 - 1;
@@ -78,13 +80,28 @@ impl Ring {
         self.evict();
     }
 
+    /// The ring's only block, smaller than a full block (a run's first), grows to a full block
+    /// for a frame that does not fit, rather than a second block beside it: a turn of 2 to 4 KiB
+    /// holds 4 KiB, as before the first block was small. Positions stay valid: entries name a
+    /// block by number and offsets within it.
+    fn grow_only_block(&mut self, frame: usize) -> bool {
+        let block_size = self.block_size;
+        let only = self.blocks.len() == 1;
+        match self.blocks.back_mut() {
+            Some(b) if only && b.capacity() < block_size && b.len() + frame <= block_size => {
+                b.reserve_exact(block_size - b.len());
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn new_block(&mut self, at_least: usize) {
         let block = match self.spare.take() {
             Some(mut b) if b.capacity() >= at_least => {
                 b.clear();
                 b
             }
-            // A run's first block is small: most turns are short, and a held run costs little.
             _ if self.last == 0 => Vec::with_capacity(FIRST_BLOCK.max(at_least)),
             _ => Vec::with_capacity(self.block_size.max(at_least)),
         };
@@ -160,6 +177,25 @@ mod tests {
         // Blocks of evicted frames are released: what is allocated stays near the cap.
         let allocated: usize = ring.blocks.iter().map(Vec::capacity).sum();
         assert!(allocated <= 10_000 + 2 * ring.block_size, "{allocated}");
+    }
+
+    #[test]
+    fn a_short_turn_keeps_one_block_grown_from_the_small_first_one() {
+        let mut ring = Ring::new(64 * 1024);
+        let frame = [b'x'; 700];
+        ring.push(1, &frame);
+        assert_eq!(ring.blocks.len(), 1);
+        assert_eq!(ring.blocks[0].capacity(), FIRST_BLOCK);
+        ring.push(2, &frame);
+        ring.push(3, &frame);
+        assert_eq!(ring.blocks.len(), 1, "the first block grew instead");
+        assert_eq!(ring.blocks[0].capacity(), ring.block_size);
+        assert_eq!(frames_after(&ring, 0), [frame; 3].concat());
+        for seq in 4..16 {
+            ring.push(seq, &frame);
+        }
+        assert!(ring.blocks.len() > 1, "then full blocks are added");
+        assert_eq!(frames_after(&ring, 13), [frame; 2].concat());
     }
 
     #[test]

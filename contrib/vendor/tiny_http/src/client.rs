@@ -2,7 +2,7 @@ use ascii::AsciiString;
 
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
-use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -15,7 +15,7 @@ use crate::util::conn_ctl::error_response;
 /// How long a connection of a draining server waits for a next request once its response is
 /// written (iac-code-agui patch).
 const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-use crate::util::{ConnCtl, RefinedTcpStream};
+use crate::util::{ConnCtl, LeanReader, LeanWriter, RefinedTcpStream};
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::{Limits, Request};
 
@@ -31,14 +31,14 @@ pub struct ClientConnection {
 
     // sequence of Readers to the stream, so that the data is not read in
     //  the wrong order
-    source: SequentialReaderBuilder<BufReader<RefinedTcpStream>>,
+    source: SequentialReaderBuilder<LeanReader<RefinedTcpStream>>,
 
     // sequence of Writers to the stream, to avoid writing response #2 before
     //  response #1
-    sink: SequentialWriterBuilder<BufWriter<RefinedTcpStream>>,
+    sink: SequentialWriterBuilder<LeanWriter<RefinedTcpStream>>,
 
     // Reader to read the next header from
-    next_header_source: SequentialReader<BufReader<RefinedTcpStream>>,
+    next_header_source: SequentialReader<LeanReader<RefinedTcpStream>>,
 
     // set to true if we know that the previous request is the last one
     no_more_requests: bool,
@@ -89,12 +89,12 @@ impl ClientConnection {
         let remote_addr = read_socket.peer_addr().ok().flatten();
         let secure = read_socket.secure();
 
-        let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
+        let mut source = SequentialReaderBuilder::new(LeanReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
 
         ClientConnection {
             source,
-            sink: SequentialWriterBuilder::new(BufWriter::with_capacity(1024, write_socket)),
+            sink: SequentialWriterBuilder::new(LeanWriter::with_capacity(1024, write_socket)),
             remote_addr,
             next_header_source: first_header,
             no_more_requests: false,
@@ -158,7 +158,11 @@ impl ClientConnection {
     /// response ends (within `DRAIN_POLL`), not at the keep-alive timeout: its client's next
     /// request then goes to the process that took over.
     fn wait_shorter_when_draining(&self) {
-        if self.limits.draining.load(std::sync::atomic::Ordering::Relaxed) {
+        if self
+            .limits
+            .draining
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
             self.ctl.set_read_timeout(Some(DRAIN_POLL));
         }
     }

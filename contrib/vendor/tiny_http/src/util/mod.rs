@@ -1,6 +1,7 @@
 pub(crate) use self::body::{Body, Rest};
 pub(crate) use self::conn_ctl::{ConnCtl, ConnSlot};
 pub use self::custom_stream::CustomStream;
+pub use self::lean_buf::{LeanReader, LeanWriter};
 pub use self::messages_queue::MessagesQueue;
 pub use self::refined_tcp_stream::RefinedTcpStream;
 pub use self::sequential::{Parking, SequentialWriter, SequentialWriterBuilder};
@@ -12,6 +13,7 @@ use std::str::FromStr;
 mod body;
 pub(crate) mod conn_ctl;
 mod custom_stream;
+mod lean_buf;
 mod messages_queue;
 pub(crate) mod refined_tcp_stream;
 mod sequential;
