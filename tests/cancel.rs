@@ -21,6 +21,17 @@ fn setup() -> (FakeKernel, Adapter) {
     (k, a)
 }
 
+/// Reads the stream to its `RUN_ERROR` (10 s at most) and returns that event.
+fn run_error_of(s: &mut std::net::TcpStream) -> serde_json::Value {
+    let rest = test_support::raw::read_until(s, b"RUN_ERROR", Duration::from_secs(10))
+        .unwrap_or_else(|g| panic!("no RUN_ERROR: {}", String::from_utf8_lossy(&g)));
+    let events = test_support::raw::events(&rest);
+    events
+        .into_iter()
+        .find(|e| e["type"] == "RUN_ERROR")
+        .unwrap()
+}
+
 /// Starts run `r1` on `thread` with a kernel that holds its first item (the task, under `hold`:
 /// `k.open(hold)` sends it) and then works on silently; returns the client's stream and the
 /// execution id once the turn reached the kernel.
@@ -332,12 +343,7 @@ fn a_kernel_slow_to_answer_cancel_task_still_ends_the_stream_itself_and_the_exec
     // Twice the grace: the grace counted from the Stop would have cut the upstream by now.
     std::thread::sleep(Duration::from_millis(1000));
     k.stall_cancels(false);
-    let rest = test_support::raw::read_until(&mut s, b"RUN_ERROR", Duration::from_secs(10))
-        .unwrap_or_else(|g| panic!("no RUN_ERROR: {}", String::from_utf8_lossy(&g)));
-    let err = test_support::raw::events(&rest)
-        .into_iter()
-        .find(|e| e["type"] == "RUN_ERROR")
-        .unwrap();
+    let err = run_error_of(&mut s);
     assert_eq!(err["code"], "CANCELLED", "{err}");
     assert!(
         eventually(5, || a.state_file("t-slow")["terminalExecutionIds"]
@@ -370,13 +376,8 @@ fn a_stop_frees_the_thread_of_a_kernel_that_ignores_cancel_and_never_ends_the_st
     let started = Instant::now();
     let (status, v) = a.cancel(&execution, "t-deaf");
     assert_eq!((status, v["status"].as_str()), (200, Some("cancelled")));
-    let rest = test_support::raw::read_until(&mut s, b"RUN_ERROR", Duration::from_secs(10))
-        .unwrap_or_else(|g| panic!("no RUN_ERROR: {}", String::from_utf8_lossy(&g)));
+    let err = run_error_of(&mut s);
     let ended = started.elapsed();
-    let err = test_support::raw::events(&rest)
-        .into_iter()
-        .find(|e| e["type"] == "RUN_ERROR")
-        .unwrap();
     assert_eq!(err["code"], "CANCELLED", "{err}");
     assert!(ended < Duration::from_secs(10), "the stream took {ended:?}");
     // The task still works upstream (the kernel ignored the cancel), yet the thread is free:
@@ -457,12 +458,7 @@ fn a_stop_before_the_task_is_known_cancels_the_task_once_its_id_arrives() {
         .to_string();
     assert!(eventually(5, || k.task_state(&task).as_deref()
         == Some("TASK_STATE_CANCELED")));
-    let rest = test_support::raw::read_until(&mut s, b"RUN_ERROR", Duration::from_secs(10))
-        .unwrap_or_else(|g| panic!("no RUN_ERROR: {}", String::from_utf8_lossy(&g)));
-    let err = test_support::raw::events(&rest)
-        .into_iter()
-        .find(|e| e["type"] == "RUN_ERROR")
-        .unwrap();
+    let err = run_error_of(&mut s);
     assert_eq!(err["code"], "CANCELLED", "{err}");
     a.assert_turn_succeeds("t-late", "r2");
 }

@@ -59,6 +59,13 @@ fn write_synced(tmp: &Path, bytes: &[u8], mode: u32, modified: SystemTime) -> st
 mod tests {
     use super::*;
 
+    fn names_in(dir: &Path) -> Vec<String> {
+        let entries = std::fs::read_dir(dir).unwrap();
+        entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
     #[test]
     fn a_replace_leaves_the_new_document_owner_only_and_no_temporary_file() {
         let dir = std::env::temp_dir().join(format!("agui-replace-{}", std::process::id()));
@@ -72,11 +79,7 @@ mod tests {
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         assert_eq!(meta.modified().unwrap(), at);
-        let names: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("t.json")]);
+        assert_eq!(names_in(&dir), ["t.json"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -92,11 +95,7 @@ mod tests {
         .unwrap();
         let now = SystemTime::now();
         assert!(replace(&dir, "t.json", b"new", 0o600, now).is_err());
-        let names: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("t.json")]);
+        assert_eq!(names_in(&dir), ["t.json"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
