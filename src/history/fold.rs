@@ -22,7 +22,12 @@ pub(crate) struct Kept {
 #[derive(Default)]
 pub(crate) struct Folded {
     pub(crate) kept: Vec<Kept>,
+    /// Message id → its place in `kept`.
     index: HashMap<String, usize>,
+    /// Tool call id → the id of the assistant message that holds it (the first one to), so a
+    /// result finds its place without reading every message: a compaction folds a whole log,
+    /// and a search per result made it quadratic in the tool calls kept (issue 27).
+    owner: HashMap<String, String>,
 }
 
 impl Folded {
@@ -50,9 +55,10 @@ impl Folded {
             let text = a.get("content").and_then(Value::as_str).unwrap_or("");
             if let Some(&i) = self.index.get(id) {
                 let k = &mut self.kept[i];
-                let mut content = k.message["content"].as_str().unwrap_or("").to_string();
-                content.push_str(text);
-                k.message["content"] = json!(content);
+                match k.message.get_mut("content") {
+                    Some(Value::String(content)) => content.push_str(text),
+                    _ => k.message["content"] = json!(text),
+                }
                 k.at = r.at;
             }
         } else if let Some(Value::Object(t)) = body.remove("toolCall") {
@@ -85,6 +91,7 @@ impl Folded {
                     add_call(&mut k.message, call);
                 }
             }
+            self.own_calls(i);
             return;
         }
         let message = Value::Object(m);
@@ -100,16 +107,28 @@ impl Folded {
         } else {
             self.reindex(pos);
         }
+        self.own_calls(pos);
+    }
+
+    /// Notes the calls of the assistant message at `i` as its own.
+    fn own_calls(&mut self, i: usize) {
+        let message = &self.kept[i].message;
+        if message["role"] != "assistant" {
+            return;
+        }
+        let id = message["id"].as_str().unwrap_or("");
+        for call in message["toolCalls"].as_array().into_iter().flatten() {
+            if let Some(call) = call["id"].as_str() {
+                if !self.owner.contains_key(call) {
+                    self.owner.insert(call.to_string(), id.to_string());
+                }
+            }
+        }
     }
 
     /// Where a result of `call` goes: after its assistant message and the results after it.
     fn after_call(&self, call: &str) -> Option<usize> {
-        let owner = self.kept.iter().position(|k| {
-            k.message["role"] == "assistant"
-                && k.message["toolCalls"]
-                    .as_array()
-                    .is_some_and(|c| c.iter().any(|c| c["id"] == call))
-        })?;
+        let owner = *self.index.get(self.owner.get(call)?)?;
         let mut pos = owner + 1;
         while pos < self.kept.len() && self.kept[pos].message["role"] == "tool" {
             pos += 1;
@@ -120,7 +139,10 @@ impl Folded {
     fn reindex(&mut self, from: usize) {
         for (i, k) in self.kept.iter().enumerate().skip(from) {
             if let Some(id) = k.message["id"].as_str() {
-                self.index.insert(id.to_string(), i);
+                match self.index.get_mut(id) {
+                    Some(at) => *at = i,
+                    None => _ = self.index.insert(id.to_string(), i),
+                }
             }
         }
     }
@@ -139,6 +161,7 @@ impl Folded {
             Some(i) => {
                 add_call(&mut self.kept[i].message, call);
                 self.kept[i].at = at;
+                self.own_calls(i);
             }
             None => {
                 // The client's rule: a new assistant message named by the parent id, or by the
@@ -241,12 +264,22 @@ mod tests {
                 json!({"message": {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "ok"}}),
             ),
             rec(5, json!({"toolCall": {"call": call("c2")}})),
+            // A compacted log keeps a call inside its message: its result still finds it.
+            rec(
+                6,
+                json!({"message": {"id": "a", "role": "assistant", "toolCalls": [call("c3")]}}),
+            ),
+            rec(7, json!({"open": {"id": "z", "role": "assistant"}})),
+            rec(
+                8,
+                json!({"message": {"id": "t3", "role": "tool", "toolCallId": "c3", "content": "ok"}}),
+            ),
         ]);
         let ids: Vec<String> = f
             .messages()
             .iter()
             .map(|m| m["id"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(ids, ["m", "t1", "r", "c2"]);
+        assert_eq!(ids, ["m", "t1", "r", "c2", "a", "t3", "z"]);
     }
 }

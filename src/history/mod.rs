@@ -23,7 +23,7 @@ pub(crate) use turn::{interrupt_message, Recorder};
 
 use crate::error::{Error, Msg};
 use base64::Engine;
-use fold::{Folded, Kept};
+use fold::Folded;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -183,7 +183,7 @@ impl History {
         let Some((head, records)) = logfile::read(&self.path_of(thread_id))? else {
             return Ok(());
         };
-        let kept = Folded::of(records).kept;
+        let mut kept = Folded::of(records).kept;
         let cap = self.inner.cap;
         let mut from = kept.len().saturating_sub(cap);
         // Back to the start of that turn, unless the newest turn alone is over the cap.
@@ -193,12 +193,10 @@ impl History {
         {
             from += start;
         }
-        let mut rest: Vec<&Kept> = kept[from..].iter().collect();
+        let mut rest = kept.split_off(from);
         rest.sort_by_key(|k| k.seq);
-        let rows: Vec<(u64, u64, Value)> = rest
-            .iter()
-            .map(|k| (k.seq, k.at, k.message.clone()))
-            .collect();
+        let rows: Vec<(u64, u64, Value)> =
+            rest.into_iter().map(|k| (k.seq, k.at, k.message)).collect();
         log::info!(
             "conversation of thread {thread_id}: compacted to {} messages",
             rows.len()
