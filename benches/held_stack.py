@@ -9,7 +9,7 @@ runs held at once against the bench's held kernel, then each run thread's reside
 N defaults to 100 (of each kind); ADAPTER_BIN to target/release/iac-code-agui. A resumed run:
 a turn with the text `hold-interrupt` ends with the held kernel's question (an interrupt), then
 a POST with `resume[]` answers it; the kernel holds the answer's stream silent, so the run waits
-under `send_answers`. A new turn waits under `new_turn`. Both with `--heartbeat-interval 1`,
+under `resume`. A new turn waits under `new_turn`. Both with `--heartbeat-interval 1`,
 measured 3 s after the last run started (after the transport's idle release, 0.5 s).
 """
 import collections
@@ -206,11 +206,11 @@ def main():
         started, beats, ended = read_streams(socks, 3.0)
         print(f"{ADAPTER}: {started}/{2 * N} runs started and held, {ended} ended, {beats} heartbeats")
         present = resident_pages(adapter.pid)
-        kinds = {"resumed (send_answers)": [], "new turn (new_turn)": []}
+        kinds = {"resumed (resume)": [], "new turn (new_turn)": []}
         for top, th in frames(adapter.pid):
-            names = " ".join(f[0] for f in th)
-            kind = ("resumed (send_answers)" if "send_answers" in names else
-                    "new turn (new_turn)" if "new_turn" in names else None)
+            names = [short(f[0]) for f in th]
+            kind = ("resumed (resume)" if "::resume" in names else
+                    "new turn (new_turn)" if "Run::new_turn" in names else None)
             if not kind or not th:
                 continue
             # The run's stack: RUN_STACK (512 KiB) under its top.

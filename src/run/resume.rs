@@ -40,8 +40,9 @@ impl Answered {
 
 impl Run<'_> {
     /// Resumes the waiting execution with the client's answers. Never inlined: its frame would
-    /// grow the one a held new turn waits under. A resumed run then waits under this frame: it
-    /// holds only what `prepare_answers` gives (the phases' locals are in theirs).
+    /// grow the one a held new turn waits under. A resumed run then waits under this frame
+    /// (`send_answers` inlined into it): it holds what `prepare_answers` gives and the last
+    /// answer's stream, the phases' locals are in their own frames.
     #[inline(never)]
     pub(super) fn resume(&mut self, entries: &[ResumeEntry]) -> End {
         match self.prepare_answers(entries) {
@@ -272,10 +273,11 @@ impl Run<'_> {
     }
 
     /// The answers, in the order given; the stream of the last one is read to the task's next
-    /// end. Side waits only: each with a unary `SendMessage`, then the task followed. Never
-    /// inlined; a resumed run held by a silent kernel waits under this frame, so what sending
-    /// needs is in `deliver_answers`' (never inlined), and here only the last answer's stream.
-    #[inline(never)]
+    /// end. Side waits only: each with a unary `SendMessage`, then the task followed. Always
+    /// inlined into `resume`: a resumed run held by a silent kernel waits under that one frame
+    /// (3 stack pages with a frame of its own, 2 so), so what sending needs is in
+    /// `deliver_answers`' (never inlined), and here only the last answer's stream.
+    #[inline(always)]
     fn send_answers(&mut self, task_id: &str, answers: Vec<Answered>) -> End {
         // The recovery cursor of the follow-up: where this run stood before the kernel went on
         // (the reference's `recovery_after`). Events of the send/subscribe gap sit above it even
