@@ -11,6 +11,51 @@ use test_support::*;
 /// deep, under serde_json's recursion limit (128), which bounds every JSON value we read.
 const DEPTH: usize = 100;
 
+/// A pipeline frame (a CUSTOM `candidate_completed`, its envelope and data reach the client)
+/// whose data is `DEPTH` levels deep around a 2 MiB string.
+fn deep_pipeline_frame() -> Value {
+    let big = "x".repeat(2 * 1024 * 1024);
+    let data = nested(DEPTH, json!({"marker": "deep-leaf", "text": big}));
+    pipe(
+        "candidate_completed",
+        1,
+        json!({"scope": "candidate",
+               "step": {"id": "architecture_planning", "runId": "step-architecture_planning-1", "attempt": 1},
+               "candidate": {"id": "c1", "runId": "c1-run-1", "index": 0, "attempt": 1},
+               "data": {"result": data}}),
+    )
+}
+
+fn working(iac: Value, text: Option<&str>) -> Step {
+    Step::Status {
+        state: "TASK_STATE_WORKING",
+        iac,
+        text: text.map(String::from),
+    }
+}
+
+/// The fake kernel's question (`scenario:question`), answered with `answer`: a resumed run.
+fn question_then(answer: Vec<Step>) -> Vec<Step> {
+    vec![Step::Input {
+        envelope: json!({"kind": "ask_user_question", "schemaVersion": 1, "requestTaskId": "$TASK",
+            "contextId": "$CTX", "inputId": "ask-call_q", "toolUseId": "call_q", "required": true,
+            "prompt": "Which region?", "allowFreeText": true,
+            "options": [{"id": "cn-hangzhou", "label": "Hangzhou"}, {"id": "cn-beijing", "label": "Beijing"}]}),
+        allow: vec![],
+        deny: vec![],
+        answer,
+    }]
+}
+
+/// The thread's question answered (the first run ends at the interrupt): the resumed run.
+fn resumed(a: &Adapter, thread: &str, first: Value) -> RunResult {
+    let q = a.run(&first).interrupts()[0].clone();
+    let pick = json!([{"interruptId": q["id"], "status": "resolved", "payload": {"selectedId": "cn-beijing"}}]);
+    let mut resume = a.resume_request(thread, "r2", pick);
+    resume["forwardedProps"] = first["forwardedProps"].clone();
+    a.run(&resume)
+}
+
 fn nested(depth: usize, leaf: Value) -> Value {
     (0..depth).fold(
         leaf,
@@ -21,17 +66,7 @@ fn nested(depth: usize, leaf: Value) -> Value {
 #[test]
 fn a_large_deeply_nested_pipeline_frame_goes_through_the_projection_on_the_run_stack() {
     let k = FakeKernel::start();
-    let big = "x".repeat(2 * 1024 * 1024);
-    let data = nested(DEPTH, json!({"marker": "deep-leaf", "text": big}));
-    // A CUSTOM type (candidate_completed): its envelope, data included, reaches the client.
-    let frame = pipe(
-        "candidate_completed",
-        1,
-        json!({"scope": "candidate",
-               "step": {"id": "architecture_planning", "runId": "step-architecture_planning-1", "attempt": 1},
-               "candidate": {"id": "c1", "runId": "c1-run-1", "index": 0, "attempt": 1},
-               "data": {"result": data}}),
-    );
+    let frame = deep_pipeline_frame();
     k.script(
         "deep-pipe",
         vec![
@@ -87,5 +122,72 @@ fn a_panic_with_a_backtrace_is_caught_on_the_run_stack_and_answered() {
         "the backtrace names the panicking function: {logs}"
     );
     let r = a.run(&a.request("t-panic", "r2", "hi"));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+/// A resumed run relays the answer's stream from other frames than a new turn
+/// (`send_answers`, `read_to_end`): the deep frame fits there too.
+#[test]
+fn a_large_deeply_nested_pipeline_frame_after_an_answer_goes_through_the_projection_on_the_run_stack(
+) {
+    let k = FakeKernel::start();
+    k.script(
+        "deep-pipe-resumed",
+        question_then(vec![
+            working(json!({}), Some("Going on. ")),
+            working(json!({"pipeline": deep_pipeline_frame()}), None),
+            Step::Status {
+                state: "TASK_STATE_INPUT_REQUIRED",
+                iac: json!({}),
+                text: None,
+            },
+        ]),
+    );
+    let a = Adapter::start(&k.url);
+    let mut first = a.request("t-deep-resumed", "r1", "scenario:deep-pipe-resumed");
+    let iac = &mut first["forwardedProps"]["iacCode"];
+    iac["runMode"] = json!("pipeline");
+    iac["pipelineName"] = json!("selling");
+    let r = resumed(&a, "t-deep-resumed", first);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.last()["type"], "RUN_FINISHED", "{:?}", r.types());
+    let all = serde_json::to_string(&r.events).unwrap();
+    assert!(
+        all.contains("deep-leaf") && all.len() > 2 * 1024 * 1024,
+        "the frame's data reached the client: {:?}",
+        r.types()
+    );
+    let r = a.run(&a.request("t-deep-resumed", "r3", "hi"));
+    assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+#[test]
+fn a_panic_with_a_backtrace_after_an_answer_is_caught_on_the_run_stack_and_answered() {
+    let k = FakeKernel::start();
+    k.script(
+        "panic-resumed",
+        question_then(vec![
+            working(json!({}), Some("before ")),
+            working(json!({}), Some("__iac_code_agui_test_panic__")),
+        ]),
+    );
+    let a = Adapter::start_with(
+        &k.url,
+        Options {
+            envs: vec![("RUST_BACKTRACE".into(), "1".into())],
+            ..Default::default()
+        },
+    );
+    let first = a.request("t-panic-resumed", "r1", "scenario:panic-resumed");
+    let r = resumed(&a, "t-panic-resumed", first);
+    assert_eq!(r.types()[0], "RUN_STARTED");
+    assert_eq!(r.last()["type"], "RUN_ERROR", "{:?}", r.types());
+    let logs = a.logs();
+    assert!(logs.contains("request handler panicked"), "{logs}");
+    assert!(
+        logs.contains("panic_if_asked") && logs.contains("read_to_end"),
+        "the backtrace names the panicking function, under the resumed run's wait: {logs}"
+    );
+    let r = a.run(&a.request("t-after-panic", "r1", "hi"));
     assert_eq!(r.last()["outcome"]["type"], "success");
 }

@@ -13,6 +13,12 @@
 //! final state), then answers. `GetTask` gets its answer, as do `/health` and the agent card;
 //! `GET /stats` gives the counts (`{"streams","cancels","open"}`). Every answer but a stream
 //! closes its connection.
+//!
+//! A resumed run (benches/held_stack.py): a turn whose text contains `hold-interrupt` gets the
+//! submitted task and an input-required status with a question (the fake kernel's
+//! `scenario:question` envelope), and its stream ends; `GetTask` then finds that task waiting for
+//! input, in its context and session; the answer (a message with the `taskId`) is held like a
+//! new turn.
 
 use crate::ROOT;
 use serde_json::{json, Value};
@@ -100,6 +106,8 @@ struct Counts {
     open: u64,
     /// Each held stream's connection, by its task id.
     held: HashMap<String, RawFd>,
+    /// Tasks waiting for input: their context and session, by task id.
+    waiting: HashMap<String, (String, String)>,
 }
 
 /// What a request asks of the loop beside its own connection.
@@ -241,11 +249,20 @@ fn on_readable(c: &mut Conn, chunk: &mut [u8], counts: &mut Counts, frame: &str)
     let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let rpc = req["method"].as_str().unwrap_or("");
     let answer = match (method, path) {
+        ("POST", "/") if rpc == "SendStreamingMessage" && asks_interrupt(&req) => {
+            counts.streams += 1;
+            let (out, task, ctx_session) = interrupt_stream(&req, counts.streams);
+            counts.waiting.insert(task, ctx_session);
+            let _ = (&c.sock).write_all(&out);
+            return Next::Close;
+        }
         ("POST", "/") if rpc == "SendStreamingMessage" => {
             counts.streams += 1;
             counts.open += 1;
             c.held = true;
-            let (start, task, cancelled) = stream_start(&req, counts.streams, frame);
+            let answered = req["params"]["message"]["taskId"].as_str();
+            let known = answered.and_then(|t| counts.waiting.remove(t).map(|w| (t, w)));
+            let (start, task, cancelled) = stream_start(&req, counts.streams, frame, known);
             let _ = (&c.sock).write_all(&start);
             counts.held.insert(task.clone(), c.sock.as_raw_fd());
             c.task = task;
@@ -257,13 +274,19 @@ fn on_readable(c: &mut Conn, chunk: &mut [u8], counts: &mut Counts, frame: &str)
                 counts.cancels += 1;
             }
             let id = req["params"]["id"].as_str().unwrap_or("");
-            let state = if rpc == "GetTask" {
-                "TASK_STATE_WORKING"
+            if let (Some((ctx, session)), "GetTask") = (counts.waiting.get(id), rpc) {
+                json!({"jsonrpc": "2.0", "id": req["id"], "result": {"id": id, "contextId": ctx,
+                    "status": {"state": "TASK_STATE_INPUT_REQUIRED"},
+                    "metadata": {"iac_code": {"iacCodeSessionId": session}}}})
             } else {
-                "TASK_STATE_CANCELED"
-            };
-            json!({"jsonrpc": "2.0", "id": req["id"], "result": {"id": id, "contextId": "",
-                "status": {"state": state}}})
+                let state = if rpc == "GetTask" {
+                    "TASK_STATE_WORKING"
+                } else {
+                    "TASK_STATE_CANCELED"
+                };
+                json!({"jsonrpc": "2.0", "id": req["id"], "result": {"id": id, "contextId": "",
+                    "status": {"state": state}}})
+            }
         }
         ("GET", "/stats") => {
             json!({"streams": counts.streams, "cancels": counts.cancels, "open": counts.open})
@@ -292,19 +315,67 @@ fn on_readable(c: &mut Conn, chunk: &mut [u8], counts: &mut Counts, frame: &str)
     }
 }
 
-/// The response head, the submitted task and the text frame, with this request's ids; the task
-/// id; the stream's last frame if the task is cancelled.
-fn stream_start(req: &Value, n: u64, frame: &str) -> (Vec<u8>, String, Vec<u8>) {
+/// Whether the turn asks for an input-required answer (a resumed run's first turn).
+fn asks_interrupt(req: &Value) -> bool {
+    let message = &req["params"]["message"];
+    message.get("taskId").is_none()
+        && message["parts"].as_array().into_iter().flatten().any(|p| {
+            p["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("hold-interrupt"))
+        })
+}
+
+/// The whole stream of a turn that waits for input: the response head, the submitted task and
+/// the input-required status with a question; the task id; its context and session.
+fn interrupt_stream(req: &Value, n: u64) -> (Vec<u8>, String, (String, String)) {
     let ctx = req["params"]["message"]["contextId"].as_str().unwrap_or("");
     let task = crate::support::uuid(7, n);
     let session = crate::support::uuid(8, n);
-    let rpc_id = serde_json::to_string(&req["id"]).unwrap();
     let submitted = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"task": {"id": task,
         "contextId": ctx, "status": {"state": "TASK_STATE_SUBMITTED"}}}});
+    let input = json!({"kind": "ask_user_question", "schemaVersion": 1, "requestTaskId": task,
+        "contextId": ctx, "inputId": "ask-call_q", "toolUseId": "call_q", "required": true,
+        "prompt": "Which region?", "allowFreeText": true,
+        "options": [{"id": "cn-hangzhou", "label": "Hangzhou"}, {"id": "cn-beijing", "label": "Beijing"}]});
+    let waiting = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"statusUpdate": {
+        "taskId": task, "contextId": ctx, "status": {"state": "TASK_STATE_INPUT_REQUIRED"},
+        "metadata": {"iac_code": {"input": input, "iacCodeSessionId": session}}}}});
+    let out = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\ndata: {submitted}\n\ndata: {waiting}\n\n"
+    );
+    (out.into_bytes(), task, (ctx.to_string(), session))
+}
+
+/// The response head, the submitted task and the text frame, with this request's ids; the task
+/// id; the stream's last frame if the task is cancelled. An answer (`known`: its task, context
+/// and session) goes on in its task, which is working again.
+fn stream_start(
+    req: &Value,
+    n: u64,
+    frame: &str,
+    known: Option<(&str, (String, String))>,
+) -> (Vec<u8>, String, Vec<u8>) {
+    let (task, ctx, session, state) = match known {
+        Some((task, (ctx, session))) => (task.to_string(), ctx, session, "TASK_STATE_WORKING"),
+        None => (
+            crate::support::uuid(7, n),
+            req["params"]["message"]["contextId"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            crate::support::uuid(8, n),
+            "TASK_STATE_SUBMITTED",
+        ),
+    };
+    let (ctx, session) = (ctx.as_str(), session.as_str());
+    let rpc_id = serde_json::to_string(&req["id"]).unwrap();
+    let submitted = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"task": {"id": task,
+        "contextId": ctx, "status": {"state": state}}}});
     let text = frame
         .replace(CAPTURED_TASK, &task)
         .replace(CAPTURED_CTX, ctx)
-        .replace(CAPTURED_SESSION, &session)
+        .replace(CAPTURED_SESSION, session)
         .replace("\"id\":\"1\"", &format!("\"id\":{rpc_id}"));
     let start = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\ndata: {submitted}\n\n{text}\n\n"

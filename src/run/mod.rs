@@ -15,6 +15,7 @@ mod admit;
 mod cancel;
 mod echo;
 mod end;
+mod follow;
 mod identity;
 mod relay;
 mod repair;

@@ -40,18 +40,11 @@ impl Answered {
 
 impl Run<'_> {
     /// Resumes the waiting execution with the client's answers. Never inlined: its frame would
-    /// grow the one a held new turn waits under.
+    /// grow the one a held new turn waits under. A resumed run then waits under this frame
+    /// (`send_answers` inlined into it): it holds what `prepare_answers` gives and the last
+    /// answer's stream, the phases' locals are in their own frames.
     #[inline(never)]
     pub(super) fn resume(&mut self, entries: &[ResumeEntry]) -> End {
-        let execution_id = self.execution().execution_id.clone();
-        let applied: Vec<String> = self
-            .doc
-            .applied_resume_digests
-            .iter()
-            .filter(|d| d.execution_id == execution_id)
-            .map(|d| d.interrupt_id.clone())
-            .collect();
-        self.proj.answered(applied);
         match self.prepare_answers(entries) {
             // Every answer was taken by the kernel already (an adapter killed before it heard
             // back): the task runs on; follow it.
@@ -66,13 +59,23 @@ impl Run<'_> {
         }
     }
 
-    /// Phases 1–4; `Continue` carries the task id and the answers to send. Never inlined: its
+    /// Phases 1–4 (after the answers applied already in this execution are known to the
+    /// projection); `Continue` carries the task id and the answers to send. Never inlined: its
     /// locals would stay in the frame a resumed run then waits under.
     #[inline(never)]
     fn prepare_answers(
         &mut self,
         entries: &[ResumeEntry],
     ) -> ControlFlow<End, (String, Vec<Answered>)> {
+        let execution_id = self.execution().execution_id.clone();
+        let applied: Vec<String> = self
+            .doc
+            .applied_resume_digests
+            .iter()
+            .filter(|d| d.execution_id == execution_id)
+            .map(|d| d.interrupt_id.clone())
+            .collect();
+        self.proj.answered(applied);
         self.check_pending(entries)?;
         let task_id = self.restore_session()?;
         let task = self.check_identity(&task_id)?;
@@ -192,7 +195,7 @@ impl Run<'_> {
     }
 
     /// Pipeline events this client missed since `since`, written before anything else happens.
-    fn recover_pipeline(&mut self, task_id: &str, since: u64) -> ControlFlow<End> {
+    pub(super) fn recover_pipeline(&mut self, task_id: &str, since: u64) -> ControlFlow<End> {
         match self.live.upstream.pipeline_state(task_id, since) {
             Ok(Some(state)) => {
                 self.proj.recover_pipeline(&state, &mut self.out);
@@ -270,9 +273,11 @@ impl Run<'_> {
     }
 
     /// The answers, in the order given; the stream of the last one is read to the task's next
-    /// end. Side waits only: each with a unary `SendMessage`, then the task followed. Never
-    /// inlined, so that `resume`'s frame, above the wait, stays small.
-    #[inline(never)]
+    /// end. Side waits only: each with a unary `SendMessage`, then the task followed. Always
+    /// inlined into `resume`: a resumed run held by a silent kernel waits under that one frame
+    /// (3 stack pages with a frame of its own, 2 so), so what sending needs is in
+    /// `deliver_answers`' (never inlined), and here only the last answer's stream.
+    #[inline(always)]
     fn send_answers(&mut self, task_id: &str, answers: Vec<Answered>) -> End {
         // The recovery cursor of the follow-up: where this run stood before the kernel went on
         // (the reference's `recovery_after`). Events of the send/subscribe gap sit above it even
@@ -281,6 +286,26 @@ impl Run<'_> {
         if answers.iter().all(|a| a.sideband && a.is_permission()) {
             return self.send_side_answers(task_id, answers, since);
         }
+        let mut upstream = match self.deliver_answers(task_id, answers) {
+            Continue(upstream) => upstream,
+            Break(end) => return end,
+        };
+        match self.read_to_end(&mut upstream) {
+            Some(end) => self.conclude(end),
+            // The answer's stream stopped short of an end (a pipeline runs on, the kernel sent
+            // only its acknowledgement): follow the task.
+            None => self.follow(task_id, since),
+        }
+    }
+
+    /// Sends each answer and projects the kernel's first item of each; `Continue` with the last
+    /// answer's stream when none of them ended the run. Never inlined (see `send_answers`).
+    #[inline(never)]
+    fn deliver_answers(
+        &mut self,
+        task_id: &str,
+        answers: Vec<Answered>,
+    ) -> ControlFlow<End, A2aStream> {
         let last = answers.len() - 1;
         for (i, answered) in answers.into_iter().enumerate() {
             let message_id = format!(
@@ -290,29 +315,23 @@ impl Run<'_> {
             let Some(message) = self.answer_message(&answered, &message_id, task_id) else {
                 continue;
             };
-            let (mut upstream, first) = match self.send_answer(&answered, &message) {
-                Continue(accepted) => accepted,
-                Break(end) => return end,
-            };
+            let (upstream, first) = self.send_answer(&answered, &message)?;
             self.resolve_tool(&answered);
             if let Some(end) = self.project(&first, Write::Now) {
-                return self.conclude(end);
+                return Break(self.conclude(end));
             }
             if i == last {
-                return match self.read_to_end(&mut upstream) {
-                    Some(end) => self.conclude(end),
-                    // The answer's stream stopped short of an end (a pipeline runs on, the
-                    // kernel sent only its acknowledgement): follow the task.
-                    None => self.follow(task_id, since),
-                };
+                return Continue(upstream);
             }
         }
-        End::Success
+        Break(End::Success)
     }
 
     /// Side waits (the reference's `_send_pipeline_permission_responses`): each answer a unary
     /// `SendMessage` with the permission data part (message id `agui-resume-<interruptId>`,
     /// the same on a retry), applied once the kernel answers it; then the task is followed.
+    /// Never inlined: its locals stay out of `send_answers`' frame.
+    #[inline(never)]
     fn send_side_answers(&mut self, task_id: &str, answers: Vec<Answered>, since: u64) -> End {
         for answered in answers {
             let message_id = format!("agui-resume-{}", answered.entry.interrupt_id);
@@ -338,69 +357,6 @@ impl Run<'_> {
         self.proj.accepted(&mut self.out);
         self.cancel_on_disconnect();
         self.follow(task_id, since)
-    }
-
-    /// Follows a task that runs on (the reference's `_stream_after_sideband`): `GetTask` first
-    /// (closing the send/subscribe race), then `SubscribeToTask`, then one more `GetTask` when
-    /// the subscription stops short of an end; the pipeline events missed meanwhile are
-    /// recovered before the end is announced.
-    fn follow(&mut self, task_id: &str, since: u64) -> End {
-        let end = match self.task_end(task_id) {
-            Ok(Some(end)) => Some(end),
-            Ok(None) => match self.live.upstream.subscribe_to_task(task_id) {
-                Ok(mut upstream) => self.read_to_end(&mut upstream),
-                Err(e) => {
-                    log::warn!("subscription to task {task_id} failed: {e}");
-                    None
-                }
-            },
-            Err(end) => return end,
-        };
-        let end = match end {
-            Some(end) => end,
-            None => match self.task_end(task_id) {
-                Ok(Some(end)) => end,
-                Ok(None) => return self.abandon(Msg::StreamEndedEarly.err()),
-                Err(end) => return end,
-            },
-        };
-        if let Break(end) = self.recover_pipeline(task_id, since) {
-            return end;
-        }
-        self.conclude(end)
-    }
-
-    /// `GetTask`, projected: `Some` when the task is at an end (or a new wait) for this run.
-    fn task_end(&mut self, task_id: &str) -> Result<Option<End>, End> {
-        match self.live.upstream.get_task(task_id) {
-            Ok(Some(task)) => Ok(self.project(&task, Write::Now)),
-            Ok(None) => Err(self.terminal(End::Failed(lost()))),
-            Err(e) => Err(self.abandon(e)),
-        }
-    }
-
-    /// Reads a stream to the task's next end; `None` when it stops short (closed, broken). A
-    /// resumed run waits under this frame: the view is matched in place (not moved), and the
-    /// log line is out of line.
-    #[inline(never)]
-    fn read_to_end(&mut self, upstream: &mut A2aStream) -> Option<End> {
-        loop {
-            if self.active.is_cancelled() {
-                return Some(End::Failed(Msg::Cancelled.err()));
-            }
-            let read = upstream.next_view();
-            let next = match read {
-                Ok(Some(ref next)) => next,
-                Ok(None) => return None,
-                Err(e) => {
-                    stream_stopped(&e);
-                    return None;
-                }
-            };
-            if let Some(end) = self.relay(next) {
-                return Some(end);
-            }
-        }
     }
 
     /// The answered question's tool call gets the answer text as its result, once the kernel
@@ -579,10 +535,4 @@ fn repeated_interrupt_id() -> Error {
 
 fn not_all_answered() -> Error {
     Msg::NotAllAnswered.err()
-}
-
-#[cold]
-#[inline(never)]
-fn stream_stopped(e: &Error) {
-    log::warn!("the A2A stream stopped: {e}");
 }
