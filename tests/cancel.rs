@@ -558,3 +558,63 @@ fn a_stop_before_the_task_is_known_ends_with_run_error_even_when_cancel_task_han
     k.stall_cancels(false);
     a.assert_turn_succeeds("t-late-hung", "r2");
 }
+
+/// The counter of state files replaced without fsync, from `/metrics`.
+fn unsynced_state_writes(a: &Adapter) -> f64 {
+    let text = agent()
+        .get(format!("{}/metrics", a.url))
+        .call()
+        .unwrap()
+        .into_body()
+        .read_to_string()
+        .unwrap();
+    let series = "iac_code_agui_state_writes_unsynced_total ";
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.parse().ok())
+        .unwrap_or_else(|| panic!("{series} in\n{text}"))
+}
+
+/// A client that leaves: its run's end is recorded without waiting for the disk (one unsynced
+/// state write, nothing else unsynced), since losing it costs nothing a crash does not. The
+/// loss is simulated by putting the state file back as it was before the end (what a host
+/// crash before the kernel's writeback leaves): the thread's next turn stops the old task,
+/// closes the old execution and runs.
+#[test]
+fn a_left_clients_run_ends_unsynced_and_a_lost_end_is_repaired_by_the_next_turn() {
+    let (k, a) = setup();
+    let mut s = open_run(
+        &a.url,
+        &body_of(&a.request("t-gone", "r1", "scenario:hang")),
+    );
+    let (execution, task, _) = read_session(&mut s);
+    let path = a.state_dir.join("threads/t-gone.json");
+    let before_end = std::fs::read(&path).unwrap();
+    assert_eq!(unsynced_state_writes(&a), 0.0);
+    drop(s);
+    let ended = || {
+        a.state_file("t-gone")["terminalExecutionIds"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!(execution)))
+    };
+    assert!(
+        eventually(10, ended),
+        "the end was not recorded: {}",
+        a.state_file("t-gone")
+    );
+    assert_eq!(unsynced_state_writes(&a), 1.0);
+    assert_eq!(k.task_state(&task).as_deref(), Some("TASK_STATE_CANCELED"));
+    // Lost: the file says the execution still runs, with its task.
+    std::fs::write(&path, &before_end).unwrap();
+    assert!(!ended());
+    a.assert_turn_succeeds("t-gone", "r2");
+    assert!(ended(), "{}", a.state_file("t-gone"));
+    assert!(
+        a.logs()
+            .contains(&format!("execution {execution} never ended")),
+        "the next turn did not repair the old execution: {}",
+        a.logs()
+    );
+    // A client that reads to the end is shown it: that end stays durable.
+    a.assert_turn_succeeds("t-gone", "r3");
+    assert_eq!(unsynced_state_writes(&a), 1.0);
+}
