@@ -80,7 +80,9 @@ impl Run<'_> {
     /// client left and nothing waits for input (see `Store::save_unsynced`: such an end, if a
     /// host crash takes it back, is repaired by the thread's next turn as a crash mid-run is,
     /// and nobody is there to be shown it; a pending input would be offered again, so that
-    /// end stays durable).
+    /// end stays durable). Never inlined: its locals would stay in the frame a held run waits
+    /// under (inlined, it cost a held run a 4 KiB stack page more).
+    #[inline(never)]
     fn record_end(&mut self) {
         let unwatched = self.active.is_cancelled() && self.stream.is_closed();
         let waited = !self.execution().pending.is_empty();
