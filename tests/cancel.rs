@@ -618,3 +618,58 @@ fn a_left_clients_run_ends_unsynced_and_a_lost_end_is_repaired_by_the_next_turn(
     a.assert_turn_succeeds("t-gone", "r3");
     assert_eq!(unsynced_state_writes(&a), 1.0);
 }
+
+/// The adapter's threads named `name` (a thread started without a name takes its creator's).
+fn threads_named(pid: u32, name: &str) -> usize {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == name)
+        .count()
+}
+
+/// Clients leaving together while `CancelTask` fails (here: a 503 once for each run): the
+/// failed calls' retries wait in the cancel queue, sent by its at most 32 senders, instead of a
+/// thread each (with thousands of clients leaving, thousands of threads and connects at once),
+/// and they go out: every task ends cancelled.
+#[test]
+fn retries_of_failed_cancels_queue_instead_of_taking_a_thread_each() {
+    const RUNS: usize = 100;
+    let (k, a) = setup();
+    let (streams, tasks): (Vec<_>, Vec<_>) = (0..RUNS)
+        .map(|i| {
+            let body = a.request(&format!("t-retry-{i}"), "r1", "scenario:hang");
+            let mut s = open_run(&a.url, &body_of(&body));
+            let (_, task, _) = read_session(&mut s);
+            (s, task)
+        })
+        .unzip();
+    for _ in 0..RUNS {
+        k.fail_next_http("CancelTask", 503, json!({"error": "busy"}));
+    }
+    let left = Instant::now();
+    drop(streams);
+    // Each first call fails at once; its retry is due 1 s later (a thread of its own, named
+    // after its creator, before).
+    let mut most = 0;
+    while left.elapsed() < Duration::from_millis(3000) {
+        most = most.max(threads_named(a.pid(), "cancel"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // At most 32 senders, and a few more for a moment: a sender that found the queue empty
+    // is still exiting when the next client's cancel starts a new one.
+    assert!(
+        (1..=50).contains(&most),
+        "{most} cancel threads while the failed cancels wait for their retries"
+    );
+    for task in &tasks {
+        assert!(
+            eventually(20, || k.task_state(task).as_deref()
+                == Some("TASK_STATE_CANCELED")),
+            "task {task} was never cancelled: {}",
+            a.logs()
+        );
+    }
+}
