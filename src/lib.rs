@@ -71,6 +71,7 @@ pub mod a2a;
 pub mod app;
 pub(crate) mod catchup;
 pub mod config;
+pub(crate) mod descriptors;
 pub mod error;
 pub(crate) mod events;
 pub mod feed;

@@ -558,3 +558,118 @@ fn a_stop_before_the_task_is_known_ends_with_run_error_even_when_cancel_task_han
     k.stall_cancels(false);
     a.assert_turn_succeeds("t-late-hung", "r2");
 }
+
+/// The counter of state files replaced without fsync, from `/metrics`.
+fn unsynced_state_writes(a: &Adapter) -> f64 {
+    let text = agent()
+        .get(format!("{}/metrics", a.url))
+        .call()
+        .unwrap()
+        .into_body()
+        .read_to_string()
+        .unwrap();
+    let series = "iac_code_agui_state_writes_unsynced_total ";
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.parse().ok())
+        .unwrap_or_else(|| panic!("{series} in\n{text}"))
+}
+
+/// A client that leaves: its run's end is recorded without waiting for the disk (one unsynced
+/// state write, nothing else unsynced), since losing it costs nothing a crash does not. The
+/// loss is simulated by putting the state file back as it was before the end (what a host
+/// crash before the kernel's writeback leaves): the thread's next turn stops the old task,
+/// closes the old execution and runs.
+#[test]
+fn a_left_clients_run_ends_unsynced_and_a_lost_end_is_repaired_by_the_next_turn() {
+    let (k, a) = setup();
+    let mut s = open_run(
+        &a.url,
+        &body_of(&a.request("t-gone", "r1", "scenario:hang")),
+    );
+    let (execution, task, _) = read_session(&mut s);
+    let path = a.state_dir.join("threads/t-gone.json");
+    let before_end = std::fs::read(&path).unwrap();
+    assert_eq!(unsynced_state_writes(&a), 0.0);
+    drop(s);
+    let ended = || {
+        a.state_file("t-gone")["terminalExecutionIds"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!(execution)))
+    };
+    assert!(
+        eventually(10, ended),
+        "the end was not recorded: {}",
+        a.state_file("t-gone")
+    );
+    assert_eq!(unsynced_state_writes(&a), 1.0);
+    assert_eq!(k.task_state(&task).as_deref(), Some("TASK_STATE_CANCELED"));
+    // Lost: the file says the execution still runs, with its task.
+    std::fs::write(&path, &before_end).unwrap();
+    assert!(!ended());
+    a.assert_turn_succeeds("t-gone", "r2");
+    assert!(ended(), "{}", a.state_file("t-gone"));
+    assert!(
+        a.logs()
+            .contains(&format!("execution {execution} never ended")),
+        "the next turn did not repair the old execution: {}",
+        a.logs()
+    );
+    // A client that reads to the end is shown it: that end stays durable.
+    a.assert_turn_succeeds("t-gone", "r3");
+    assert_eq!(unsynced_state_writes(&a), 1.0);
+}
+
+/// The adapter's threads named `name` (a thread started without a name takes its creator's).
+fn threads_named(pid: u32, name: &str) -> usize {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == name)
+        .count()
+}
+
+/// Clients leaving together while `CancelTask` fails (here: a 503 once for each run): the
+/// failed calls' retries wait in the cancel queue, sent by its at most 32 senders, instead of a
+/// thread each (with thousands of clients leaving, thousands of threads and connects at once),
+/// and they go out: every task ends cancelled.
+#[test]
+fn retries_of_failed_cancels_queue_instead_of_taking_a_thread_each() {
+    const RUNS: usize = 100;
+    let (k, a) = setup();
+    let (streams, tasks): (Vec<_>, Vec<_>) = (0..RUNS)
+        .map(|i| {
+            let body = a.request(&format!("t-retry-{i}"), "r1", "scenario:hang");
+            let mut s = open_run(&a.url, &body_of(&body));
+            let (_, task, _) = read_session(&mut s);
+            (s, task)
+        })
+        .unzip();
+    for _ in 0..RUNS {
+        k.fail_next_http("CancelTask", 503, json!({"error": "busy"}));
+    }
+    let left = Instant::now();
+    drop(streams);
+    // Each first call fails at once; its retry is due 1 s later (a thread of its own, named
+    // after its creator, before).
+    let mut most = 0;
+    while left.elapsed() < Duration::from_millis(3000) {
+        most = most.max(threads_named(a.pid(), "cancel"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // At most 32 senders, and a few more for a moment: a sender that found the queue empty
+    // is still exiting when the next client's cancel starts a new one.
+    assert!(
+        (1..=50).contains(&most),
+        "{most} cancel threads while the failed cancels wait for their retries"
+    );
+    for task in &tasks {
+        assert!(
+            eventually(20, || k.task_state(task).as_deref()
+                == Some("TASK_STATE_CANCELED")),
+            "task {task} was never cancelled: {}",
+            a.logs()
+        );
+    }
+}

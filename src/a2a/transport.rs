@@ -9,6 +9,7 @@
 //! holes in glibc's arenas, still resident) and waits on; the next read touches fresh zero pages.
 //! A fast stream never waits that long, so its reads go as before (one `poll` more per read).
 
+use crate::descriptors::{waiting_out_exhaustion, OUT_OF_DESCRIPTORS_WAIT};
 use crate::memory::PageBuf;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -65,11 +66,17 @@ impl Connector<()> for LeanConnector {
     }
 }
 
+/// A connect that finds the process out of descriptors (a burst of runs starting or ending)
+/// waits for one, bounded as a state file's open is (`descriptors.rs`), within the connect's
+/// own deadline: the run was admitted and shown `RUN_STARTED`, descriptors come back within
+/// moments, and failing it at once would show the user an error for a passing shortage. One
+/// that stays out of descriptors still ends with the spec's retryable `A2A_UNAVAILABLE`.
 fn connect_one(addr: &SocketAddr, limit: Option<Duration>) -> io::Result<TcpStream> {
-    match limit {
+    let wait = limit.map_or(OUT_OF_DESCRIPTORS_WAIT, |d| d.min(OUT_OF_DESCRIPTORS_WAIT));
+    waiting_out_exhaustion(wait, || match limit {
         Some(d) => TcpStream::connect_timeout(addr, d),
         None => TcpStream::connect(addr),
-    }
+    })
 }
 
 /// One kernel connection: the socket and buffers that exist only while it is in use.
@@ -293,6 +300,52 @@ impl Buffers for LeanBuffers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Answers one JSON-RPC request on `listener` with an empty result.
+    fn answer_one(listener: std::net::TcpListener) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            use std::io::Read;
+            // Linux takes the new descriptor before it waits: out of them, accept fails at once.
+            let accept = || listener.accept();
+            let (mut s, _) =
+                crate::descriptors::waiting_out_exhaustion(Duration::from_secs(10), accept)
+                    .unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "the request ended early");
+                got.extend_from_slice(&buf[..n]);
+            }
+            let body = br#"{"jsonrpc":"2.0","id":"1","result":{}}"#;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            s.write_all(head.as_bytes()).unwrap();
+            s.write_all(body).unwrap();
+        })
+    }
+
+    /// A call to the kernel made while the process has no descriptor left (a burst of runs)
+    /// waits for one and goes through once descriptors come back, instead of failing at once.
+    /// Exhausted for real, in a child process (`descriptors::exhaustion`).
+    #[test]
+    fn a_kernel_connect_while_descriptors_are_exhausted_waits_for_one() {
+        use crate::descriptors::exhaustion::{exhaust, give_back_after, in_child};
+        let name =
+            "a2a::transport::tests::a_kernel_connect_while_descriptors_are_exhausted_waits_for_one";
+        in_child(name, || {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let server = answer_one(listener);
+            let client = crate::a2a::A2aClient::new(&url, None, Duration::from_secs(10));
+            give_back_after(exhaust(), Duration::from_millis(300));
+            let answer = client.call("GetTask", &serde_json::json!({"id": "x"}));
+            assert!(answer.is_ok(), "{:?}", answer.err());
+            server.join().unwrap();
+        });
+    }
 
     #[test]
     fn buffers_keep_unread_input_and_are_freed_only_when_all_is_read() {

@@ -21,6 +21,7 @@ mod user;
 pub use turn::INTERRUPT_ACTIVITY;
 pub(crate) use turn::{interrupt_message, Recorder};
 
+use crate::descriptors::{waiting_out_exhaustion, OUT_OF_DESCRIPTORS_WAIT};
 use crate::error::{Error, Msg};
 use base64::Engine;
 use fold::Folded;
@@ -137,17 +138,19 @@ impl History {
         let writer = self.writer(thread_id);
         let mut slot = writer.lock();
         let result = (|| -> std::io::Result<()> {
+            // A burst of runs can find the process out of descriptors for a moment: the open and
+            // the compaction (which opens the file, a new one, then the new one again) wait for
+            // one, bounded, as state files do, rather than lose the records.
             if slot.is_none() {
-                *slot = Some(logfile::Log::open(
-                    &self.path_of(thread_id),
-                    thread_id,
-                    title,
-                )?);
+                let path = self.path_of(thread_id);
+                let open = || logfile::Log::open(&path, thread_id, title);
+                *slot = Some(waiting_out_exhaustion(OUT_OF_DESCRIPTORS_WAIT, open)?);
             }
             let log = slot.as_mut().expect("opened");
             write(log)?;
             if log.records > self.inner.cap + slack(self.inner.cap) {
-                self.compact(thread_id, log)?;
+                let compact = || self.compact(thread_id, log);
+                waiting_out_exhaustion(OUT_OF_DESCRIPTORS_WAIT, compact)?;
             }
             Ok(())
         })();

@@ -288,3 +288,35 @@ fn a_waiting_run_closes_its_log_and_its_next_events_reopen_it() {
     assert_eq!(texts, [json!("question"), json!("first"), json!("second")]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Out of descriptors for a moment (a burst of runs): the log's open and its compaction wait
+/// for one (bounded) instead of losing the records or leaving the log over its cap. Exhausted
+/// for real, in a child process: the soft open-file limit lowered and every descriptor taken,
+/// given back 300 ms later.
+#[test]
+fn a_brief_exhaustion_of_descriptors_delays_the_log_but_loses_nothing() {
+    use crate::descriptors::exhaustion::{exhaust, give_back_after, in_child};
+    let name = "history::tests::a_brief_exhaustion_of_descriptors_delays_the_log_but_loses_nothing";
+    in_child(name, || {
+        let h = History::new(&tmp("exhausted"), 10);
+        let back = std::time::Duration::from_millis(300);
+        give_back_after(exhaust(), back);
+        h.user("t", "u0", &json!([{"text": "opened"}]));
+        assert_eq!(h.messages("t").len(), 1, "the record was lost");
+        // Up to the compaction's threshold (cap + slack records) on the open log, then one more.
+        for n in 1..=24 {
+            turn(&h, "t", n);
+        }
+        h.user("t", "u25", &json!([{"text": "threshold"}]));
+        assert_eq!(lines(&h, "t").len() - 1, 10 + slack(10));
+        give_back_after(exhaust(), back);
+        h.user("t", "u26", &json!([{"text": "compacted"}]));
+        let all = lines(&h, "t");
+        assert!(
+            all.len() - 1 <= 10,
+            "not compacted: {} records",
+            all.len() - 1
+        );
+        assert_eq!(h.messages("t").last().unwrap()["content"], "compacted");
+    });
+}

@@ -7,7 +7,7 @@ use crate::app::App;
 use crate::error::{Error, Lang, Msg};
 use crate::ids;
 use crate::input::{ResumeEntry, RunInput, UserMessage};
-use crate::store::{ActiveRun, Execution, Recorded, Seen, Slot, ThreadDoc};
+use crate::store::{ActiveRun, Execution, Recorded, Seen, Slot, Store, ThreadDoc};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -289,6 +289,20 @@ impl ActiveGuard {
     /// Saves the run's document, unless the thread was freed meanwhile (under the thread's
     /// mutex, so a save never lands after the next turn's admission read the document).
     pub(super) fn save(&self, doc: &ThreadDoc) -> Result<(), Error> {
+        self.save_with(doc, Store::save)
+    }
+
+    /// [`ActiveGuard::save`] without waiting for the disk: the end of a run whose client left
+    /// (`Store::save_unsynced` says when its loss is harmless).
+    pub(super) fn save_unsynced(&self, doc: &ThreadDoc) -> Result<(), Error> {
+        self.save_with(doc, Store::save_unsynced)
+    }
+
+    fn save_with(
+        &self,
+        doc: &ThreadDoc,
+        save: fn(&Store, &ThreadDoc) -> Result<(), Error>,
+    ) -> Result<(), Error> {
         let hold = self.0 .0.slot.lock();
         let Some(slot) = &*hold else {
             log::debug!(
@@ -298,13 +312,15 @@ impl ActiveGuard {
             return Ok(());
         };
         let _slot = slot.lock();
-        self.0 .0.app.store.save(doc)
+        save(&self.0 .0.app.store, doc)
     }
 }
 
 impl ActiveGuard {
     /// A run whose thread was freed before it ended (its client left) records its end after
     /// all, unless the thread took another run meanwhile (that run's repair closes it then).
+    /// Nobody waits for that end, and the next turn repairs it if it is lost: it is written
+    /// unsynced, unless the execution waited for input (its loss would offer that again).
     pub(super) fn close_if_freed(&self, execution_id: &str) {
         if self.0 .0.slot.lock().is_some() {
             return;
@@ -319,8 +335,14 @@ impl ActiveGuard {
                     .as_ref()
                     .is_some_and(|e| e.execution_id == execution_id);
                 if ours && !doc.is_terminal(execution_id) {
+                    let waited = doc.pending_count() > 0;
                     doc.mark_terminal();
-                    if let Err(e) = app.store.save(&doc) {
+                    let saved = if waited {
+                        app.store.save(&doc)
+                    } else {
+                        app.store.save_unsynced(&doc)
+                    };
+                    if let Err(e) = saved {
                         log::error!("cannot record the end of execution {execution_id}: {e}");
                     }
                 }

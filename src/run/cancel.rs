@@ -113,8 +113,7 @@ pub(super) fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
     active.cancel_returned.store(true, Ordering::SeqCst);
     if let Err(e) = sent {
         log::info!("CancelTask {task} failed, retrying in the background: {e}");
-        let a2a = a2a.clone();
-        std::thread::spawn(move || retry_cancel(&a2a, &task));
+        queue_cancel(a2a, Cancel::Again { task, attempt: 2 }, retry_delay(2));
     }
 }
 
@@ -127,8 +126,16 @@ pub(super) fn cancel_once(a2a: &A2aClient, active: &ActiveRun) {
 /// descriptors, and the cancels were all seen 10–25 s later; a few senders in turn take each a
 /// loopback round trip.
 pub(super) fn cancel_in_background(a2a: &A2aClient, active: &Arc<ActiveRun>) {
+    queue_cancel(a2a, Cancel::First(active.clone()), Duration::ZERO);
+}
+
+/// Queues a call, due after `delay`, and starts a sender if fewer than [`CANCELS_AT_ONCE`] run.
+/// A failed call's retries queue here too: when the kernel is down or hung as thousands of
+/// clients leave, a thread a retry (as before) meant thousands of threads and connects again.
+fn queue_cancel(a2a: &A2aClient, cancel: Cancel, delay: Duration) {
     let mut queue = CANCELS.lock();
-    queue.jobs.push_back((a2a.clone(), active.clone()));
+    let due = Instant::now() + delay;
+    queue.jobs.push_back((a2a.clone(), cancel, due));
     if queue.senders < CANCELS_AT_ONCE {
         queue.senders += 1;
         drop(queue);
@@ -147,8 +154,15 @@ pub(super) fn cancel_in_background(a2a: &A2aClient, active: &Arc<ActiveRun>) {
 /// `CancelTask` calls sent at once (each a connection to the kernel while it is in flight).
 pub(crate) const CANCELS_AT_ONCE: usize = 32;
 
+/// A queued `CancelTask`: a run's first (once, whoever asks first), or a failed one's retry.
+enum Cancel {
+    First(Arc<ActiveRun>),
+    Again { task: String, attempt: u32 },
+}
+
 struct CancelQueue {
-    jobs: std::collections::VecDeque<(A2aClient, Arc<ActiveRun>)>,
+    /// Calls in the order queued, each with the instant it is due.
+    jobs: std::collections::VecDeque<(A2aClient, Cancel, Instant)>,
     senders: usize,
 }
 
@@ -157,10 +171,10 @@ static CANCELS: Mutex<CancelQueue> = Mutex::new(CancelQueue {
     senders: 0,
 });
 
-/// A sender: the queued calls in turn, until none is left.
+/// A sender: the queued calls in turn (a retry not yet due waited for), until none is left.
 fn send_cancels() {
     loop {
-        let job = {
+        let (a2a, cancel, due) = {
             let mut queue = CANCELS.lock();
             match queue.jobs.pop_front() {
                 Some(job) => job,
@@ -170,19 +184,37 @@ fn send_cancels() {
                 }
             }
         };
-        cancel_once(&job.0, &job.1);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        match cancel {
+            Cancel::First(active) => cancel_once(&a2a, &active),
+            Cancel::Again { task, attempt } => retry_cancel(&a2a, task, attempt),
+        }
     }
 }
 
-fn retry_cancel(a2a: &A2aClient, task: &str) {
-    for attempt in 2..=CANCEL_ATTEMPTS {
-        std::thread::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)));
-        match a2a.cancel_task(task) {
-            Ok(()) => return,
-            Err(e) if attempt == CANCEL_ATTEMPTS => log::warn!("CancelTask {task} failed: {e}"),
-            Err(e) => log::info!("CancelTask {task} failed (attempt {attempt}): {e}"),
+/// Attempt `attempt` of a failed `CancelTask`; the next one is queued if it fails too.
+fn retry_cancel(a2a: &A2aClient, task: String, attempt: u32) {
+    match a2a.cancel_task(&task) {
+        Ok(()) => {}
+        Err(e) if attempt >= CANCEL_ATTEMPTS => log::warn!("CancelTask {task} failed: {e}"),
+        Err(e) => {
+            log::info!("CancelTask {task} failed (attempt {attempt}): {e}");
+            let next = attempt + 1;
+            queue_cancel(
+                a2a,
+                Cancel::Again {
+                    task,
+                    attempt: next,
+                },
+                retry_delay(next),
+            );
         }
     }
+}
+
+/// How long after a failure attempt `attempt` is made (1 s, then 1.5 s).
+fn retry_delay(attempt: u32) -> Duration {
+    Duration::from_millis(500 * u64::from(attempt))
 }
 
 /// How many times a failed `CancelTask` is tried (each within the A2A client's cancel deadline).

@@ -72,11 +72,29 @@ impl Run<'_> {
         if self.left_running() {
             return end;
         }
+        self.record_end();
+        end
+    }
+
+    /// Marks the execution ended and saves that: durably, unless the run ends because its
+    /// client left and nothing waits for input (see `Store::save_unsynced`: such an end, if a
+    /// host crash takes it back, is repaired by the thread's next turn as a crash mid-run is,
+    /// and nobody is there to be shown it; a pending input would be offered again, so that
+    /// end stays durable). Never inlined: its locals would stay in the frame a held run waits
+    /// under (inlined, it cost a held run a 4 KiB stack page more).
+    #[inline(never)]
+    fn record_end(&mut self) {
+        let unwatched = self.active.is_cancelled() && self.stream.is_closed();
+        let waited = !self.execution().pending.is_empty();
         self.doc.mark_terminal();
-        if let Err(e) = self.save() {
+        let saved = if unwatched && !waited {
+            self.save_unsynced()
+        } else {
+            self.save()
+        };
+        if let Err(e) = saved {
             log::error!("cannot record the end of run {}: {e}", self.input.run_id);
         }
-        end
     }
 
     /// Persists the input waits, then (only then) announces them, with all still pending.
@@ -137,10 +155,7 @@ impl Run<'_> {
         let id = exec.execution_id.clone();
         if (open || !self.doc.is_terminal(&id)) && !self.left_running() {
             self.cancel_upstream();
-            self.doc.mark_terminal();
-            if let Err(e) = self.save() {
-                log::error!("cannot record the end of run {}: {e}", self.input.run_id);
-            }
+            self.record_end();
         }
         match end {
             End::Success => End::Success,

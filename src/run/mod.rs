@@ -442,6 +442,13 @@ impl<'a> Run<'a> {
         self.guard.save(&self.doc)
     }
 
+    /// [`Run::save`] without waiting for the disk, neither the state file nor the conversation
+    /// log: the end of a run whose client left (`end.rs`, `record_end`).
+    fn save_unsynced(&mut self) -> Result<(), Error> {
+        self.turn.checkpoint();
+        self.guard.save_unsynced(&self.doc)
+    }
+
     /// Cancels the A2A task once, whoever asks first (a disconnect, an error, the cancel extension).
     fn cancel_upstream(&self) {
         cancel_once(&self.app.a2a, &self.active);

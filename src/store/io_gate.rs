@@ -8,38 +8,25 @@
 //! So at most [`AT_ONCE`] state file operations hold a descriptor at a time (the start-up check
 //! counts them in its reserve, `main.rs`), and one that still meets `EMFILE`/`ENFILE` (another
 //! part of the process took the last one: an accept, an upstream connect) is tried again for up
-//! to [`OUT_OF_DESCRIPTORS_WAIT`]: descriptors come back as soon as other runs settle, and the
-//! request then succeeds instead of failing.
+//! to [`OUT_OF_DESCRIPTORS_WAIT`] (`descriptors.rs`, as the conversation log's open and the
+//! kernel connect are): descriptors come back as soon as other runs settle, and the request then
+//! succeeds instead of failing.
 
+use crate::descriptors::{waiting_out_exhaustion, OUT_OF_DESCRIPTORS_WAIT};
 use parking_lot::{Condvar, Mutex};
-use std::time::{Duration, Instant};
 
 /// State file operations holding a descriptor at once (each holds one at a time: a read's file,
 /// a write's temporary file, then its directory).
 pub(crate) const AT_ONCE: usize = 16;
-/// How long an operation that found no descriptor free keeps trying.
-const OUT_OF_DESCRIPTORS_WAIT: Duration = Duration::from_secs(3);
 
 static IN_USE: Mutex<usize> = Mutex::new(0);
 static FREED: Condvar = Condvar::new();
 
 /// Runs `op` (a state file read or write) within the bound, again while the process is out of
 /// descriptors (bounded).
-pub(super) fn with_descriptor<T>(mut op: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+pub(super) fn with_descriptor<T>(op: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
     let _permit = Permit::take();
-    let deadline = Instant::now() + OUT_OF_DESCRIPTORS_WAIT;
-    loop {
-        match op() {
-            Err(e) if out_of_descriptors(&e) && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            done => return done,
-        }
-    }
-}
-
-fn out_of_descriptors(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+    waiting_out_exhaustion(OUT_OF_DESCRIPTORS_WAIT, op)
 }
 
 struct Permit;
@@ -67,6 +54,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    use std::time::Duration;
 
     #[test]
     fn no_more_than_the_bound_hold_a_descriptor_at_once() {

@@ -72,6 +72,10 @@ pub(crate) struct Slot {
 const DIR_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;
 
+/// `replace::replace` or `replace::replace_unsynced`.
+type ReplaceFn =
+    fn(&std::path::Path, &str, &[u8], u32, std::time::SystemTime) -> std::io::Result<()>;
+
 pub struct Store {
     /// The state dir; documents live in its `threads/`.
     root: PathBuf,
@@ -165,10 +169,30 @@ impl Store {
         Ok(Some(doc))
     }
 
-    /// Atomically replaces a thread's document, and records the write as the thread's newest
-    /// activity in the index (its stamp is the file's modification time, which the start-up scan
-    /// reads back).
+    /// Atomically and durably replaces a thread's document, and records the write as the
+    /// thread's newest activity in the index (its stamp is the file's modification time, which
+    /// the start-up scan reads back).
     pub(crate) fn save(&self, doc: &ThreadDoc) -> Result<(), Error> {
+        let started = std::time::Instant::now();
+        let saved = self.save_as(doc, replace::replace);
+        crate::metrics::STATE_WRITE_LATENCY.observe(started.elapsed());
+        saved
+    }
+
+    /// [`Store::save`] without waiting for the disk (no fsync of the file or the directory), for
+    /// the end of a run whose client left, and only when the document it replaces waits for no
+    /// input. Its loss (a crash of the host before the kernel wrote it back) leaves the execution
+    /// recorded as running, which is what a crash mid-run leaves: the thread's next turn stops
+    /// the task and closes the execution first (`run/repair.rs`), and nobody is there to be
+    /// shown the end. When thousands of clients leave at once these ends were ~2 fsyncs each,
+    /// most of the time their threads took to go. Two functions, not a flag: each call site
+    /// says which promise it makes.
+    pub(crate) fn save_unsynced(&self, doc: &ThreadDoc) -> Result<(), Error> {
+        crate::metrics::STATE_WRITES_UNSYNCED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.save_as(doc, replace::replace_unsynced)
+    }
+
+    fn save_as(&self, doc: &ThreadDoc, replace: ReplaceFn) -> Result<(), Error> {
         let key = ids::thread_key(&doc.thread_id);
         let path = self.dir.join(format!("{key}.json"));
         let bytes = serde_json::to_vec_pretty(doc).map_err(|_| Msg::StateEncodeFailed.err())?;
@@ -176,7 +200,7 @@ impl Store {
         let modified = std::time::UNIX_EPOCH + std::time::Duration::from_millis(stamp);
         let write = || -> std::io::Result<()> {
             self.create_dirs()?;
-            replace::replace(
+            replace(
                 &self.dir,
                 &format!("{key}.json"),
                 &bytes,
@@ -184,9 +208,7 @@ impl Store {
                 modified,
             )
         };
-        let started = std::time::Instant::now();
         let written = io_gate::with_descriptor(write);
-        crate::metrics::STATE_WRITE_LATENCY.observe(started.elapsed());
         let listed = written.is_ok().then_some(()).and(doc.user_id.as_deref());
         self.index.end_write(
             stamp,

@@ -10,6 +10,10 @@
 //! mkdir, an rmdir, a third fsync, two more descriptors held at once), which at a thousand
 //! admissions a second was a third of the disk's work and the admission burst's spare
 //! descriptors.
+//!
+//! [`replace_unsynced`] skips both fsyncs, for the one write whose loss is repaired as a crash's
+//! is (the end of a run whose client left): readers still see the old document or the whole new
+//! one; only a crash of the host within the kernel's writeback delay can take the new one back.
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::Write;
@@ -22,7 +26,18 @@ use std::time::SystemTime;
 /// upgrade's other process).
 static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
 
-/// Replaces `dir/name` with `bytes`, mode `mode`, modification time `modified`.
+/// Whether a replacement waits for the disk.
+#[derive(Clone, Copy, PartialEq)]
+enum Durability {
+    /// The file and the directory fsynced: the new document survives a crash of the host.
+    Synced,
+    /// Written and renamed only: every reader sees the old document or the whole new one, but
+    /// a crash of the host (not of the process) within the kernel's writeback delay may leave
+    /// the old one.
+    Unsynced,
+}
+
+/// Replaces `dir/name` with `bytes`, mode `mode`, modification time `modified`, durably.
 pub(super) fn replace(
     dir: &Path,
     name: &str,
@@ -30,19 +45,52 @@ pub(super) fn replace(
     mode: u32,
     modified: SystemTime,
 ) -> std::io::Result<()> {
+    replace_as(dir, name, bytes, mode, modified, Durability::Synced)
+}
+
+/// [`replace`] without any fsync: for a write whose loss is repaired as a crash's is (the end of
+/// a run whose client left, `Store::save_unsynced`). Still atomic for every reader: the whole
+/// new document is in the temporary file before the rename makes it the document.
+pub(super) fn replace_unsynced(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    modified: SystemTime,
+) -> std::io::Result<()> {
+    replace_as(dir, name, bytes, mode, modified, Durability::Unsynced)
+}
+
+fn replace_as(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    modified: SystemTime,
+    durability: Durability,
+) -> std::io::Result<()> {
     let n = NEXT_TMP.fetch_add(1, Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()));
-    let written = write_synced(&tmp, bytes, mode, modified)
+    let written = write_tmp(&tmp, bytes, mode, modified, durability)
         .and_then(|()| std::fs::rename(&tmp, dir.join(name)));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     written?;
+    if durability == Durability::Unsynced {
+        return Ok(());
+    }
     // The rename is durable once the directory is.
     File::open(dir)?.sync_all()
 }
 
-fn write_synced(tmp: &Path, bytes: &[u8], mode: u32, modified: SystemTime) -> std::io::Result<()> {
+fn write_tmp(
+    tmp: &Path,
+    bytes: &[u8],
+    mode: u32,
+    modified: SystemTime,
+    durability: Durability,
+) -> std::io::Result<()> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -52,7 +100,10 @@ fn write_synced(tmp: &Path, bytes: &[u8], mode: u32, modified: SystemTime) -> st
     f.set_permissions(Permissions::from_mode(mode))?;
     f.write_all(bytes)?;
     f.set_modified(modified)?;
-    f.sync_all()
+    match durability {
+        Durability::Synced => f.sync_all(),
+        Durability::Unsynced => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -76,6 +127,45 @@ mod tests {
         replace(&dir, "t.json", b"new", 0o600, at).unwrap();
         let path = dir.join("t.json");
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(meta.modified().unwrap(), at);
+        assert_eq!(names_in(&dir), ["t.json"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The unsynced replace is as atomic for readers as the synced one: a reader racing many
+    /// replacements of different lengths only ever reads one whole document, never a mix or a
+    /// cut one, and no temporary file is left.
+    #[test]
+    fn an_unsynced_replace_is_never_seen_torn_and_leaves_the_document_owner_only() {
+        let dir = std::env::temp_dir().join(format!("agui-replace-uns-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let docs: Vec<Vec<u8>> = (0..8)
+            .map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(i * 9000)).into_bytes())
+            .collect();
+        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        replace_unsynced(&dir, "t.json", &docs[0], 0o600, at).unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (dir, docs, done) = (dir.clone(), docs.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !done.load(Ordering::SeqCst) || reads == 0 {
+                    let read = std::fs::read(dir.join("t.json")).unwrap();
+                    assert!(docs.contains(&read), "a torn read of {} bytes", read.len());
+                    reads += 1;
+                }
+            })
+        };
+        for i in 0..400 {
+            replace_unsynced(&dir, "t.json", &docs[i % docs.len()], 0o600, at).unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+        reader.join().unwrap();
+        let path = dir.join("t.json");
+        assert_eq!(std::fs::read(&path).unwrap(), docs[399 % docs.len()]);
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         assert_eq!(meta.modified().unwrap(), at);
