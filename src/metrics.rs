@@ -93,7 +93,7 @@ static HEARTBEATS: AtomicU64 = AtomicU64::new(0);
 static KERNEL_RESTARTS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static UPSTREAM_LATENCY: Histogram = Histogram::new(UPSTREAM_BUCKETS);
 pub(crate) static STATE_WRITE_LATENCY: Histogram = Histogram::new(WRITE_BUCKETS);
-/// State files replaced without fsync (`Store::save_unsynced`: ends of runs whose client left).
+/// State files replaced without the directory's fsync (`Store::save_unsynced`: ends of runs whose client left).
 pub(crate) static STATE_WRITES_UNSYNCED: AtomicU64 = AtomicU64::new(0);
 /// Where the open connection count comes from (the HTTP server, once it runs).
 static CONNECTIONS: OnceLock<Box<dyn Fn() -> usize + Send + Sync>> = OnceLock::new();
@@ -253,7 +253,7 @@ pub(crate) fn render(active_runs: usize) -> String {
     counter(
         &mut out,
         "iac_code_agui_state_writes_unsynced_total",
-        "Thread-state files replaced without fsync: the ends of runs whose client had left.",
+        "Thread-state files replaced without the directory fsync: the ends of runs whose client had left.",
         STATE_WRITES_UNSYNCED.load(Relaxed),
     );
     UPSTREAM_LATENCY.render(

@@ -179,13 +179,15 @@ impl Store {
         saved
     }
 
-    /// [`Store::save`] without waiting for the disk (no fsync of the file or the directory), for
-    /// the end of a run whose client left, and only when the document it replaces waits for no
+    /// [`Store::save`] with one flush, not two (the file's data, not the directory: the rename
+    /// may be lost in a host crash, the document is never left empty), for the end of a run
+    /// whose client left, and only when the document it replaces waits for no
     /// input. Its loss (a crash of the host before the kernel wrote it back) leaves the execution
     /// recorded as running, which is what a crash mid-run leaves: the thread's next turn stops
     /// the task and closes the execution first (`run/repair.rs`), and nobody is there to be
     /// shown the end. When thousands of clients leave at once these ends were ~2 fsyncs each,
-    /// most of the time their threads took to go. Two functions, not a flag: each call site
+    /// most of the time their threads took to go; the data's flush stays, so a crash leaves a
+    /// readable document, without which every request of the thread would fail. Two functions, not a flag: each call site
     /// says which promise it makes.
     pub(crate) fn save_unsynced(&self, doc: &ThreadDoc) -> Result<(), Error> {
         crate::metrics::STATE_WRITES_UNSYNCED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -11,9 +11,11 @@
 //! admissions a second was a third of the disk's work and the admission burst's spare
 //! descriptors.
 //!
-//! [`replace_unsynced`] skips both fsyncs, for the one write whose loss is repaired as a crash's
-//! is (the end of a run whose client left): readers still see the old document or the whole new
-//! one; only a crash of the host within the kernel's writeback delay can take the new one back.
+//! [`replace_unsynced`] skips the directory's fsync and syncs only the temporary file's data
+//! (`fdatasync`), for the one write whose loss is repaired as a crash's is (the end of a run
+//! whose client left): readers still see the old document or the whole new one, and so does the
+//! host after a crash, which may take the rename back but never leaves the document empty (a
+//! rename of a file whose data is not on disk can, on XFS or an ext4 without its journal).
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::Write;
@@ -31,9 +33,9 @@ static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
 enum Durability {
     /// The file and the directory fsynced: the new document survives a crash of the host.
     Synced,
-    /// Written and renamed only: every reader sees the old document or the whole new one, but
-    /// a crash of the host (not of the process) within the kernel's writeback delay may leave
-    /// the old one.
+    /// The file's data synced, the rename not: every reader sees the old document or the whole
+    /// new one, and a crash of the host (not of the process) within the kernel's writeback
+    /// delay may leave the old one, never an empty one. One flush, not two.
     Unsynced,
 }
 
@@ -48,9 +50,10 @@ pub(super) fn replace(
     replace_as(dir, name, bytes, mode, modified, Durability::Synced)
 }
 
-/// [`replace`] without any fsync: for a write whose loss is repaired as a crash's is (the end of
-/// a run whose client left, `Store::save_unsynced`). Still atomic for every reader: the whole
-/// new document is in the temporary file before the rename makes it the document.
+/// [`replace`] without the directory's fsync (the temporary file's data is synced, so that a
+/// host crash leaves the old document or the new one, never an empty one): for a write whose
+/// loss is repaired as a crash's is (the end of a run whose client left,
+/// `Store::save_unsynced`).
 pub(super) fn replace_unsynced(
     dir: &Path,
     name: &str,
@@ -102,7 +105,10 @@ fn write_tmp(
     f.set_modified(modified)?;
     match durability {
         Durability::Synced => f.sync_all(),
-        Durability::Unsynced => Ok(()),
+        // The data, before the rename can reach the disk: a renamed file whose blocks were
+        // never written reads back empty after a crash, and an unreadable state file would fail
+        // every request of its thread.
+        Durability::Unsynced => f.sync_data(),
     }
 }
 
