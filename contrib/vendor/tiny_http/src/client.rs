@@ -115,6 +115,30 @@ impl ClientConnection {
         self.sink.parking()
     }
 
+    /// iac-code-agui patch: whether the client ended the connection with nothing of a next
+    /// request left to read: no byte buffered, and its socket at its end (or reset). Never
+    /// blocks. A parked connection found so is closed where its last response ended rather than
+    /// resumed on a pool thread to read that end: when thousands of clients leave at once, that
+    /// was thousands of tasks and pool threads spawned (PATCHES.md 15).
+    pub(crate) fn ended_by_peer(&mut self) -> bool {
+        if self.next_header_source.unread() != Some(0) {
+            return false;
+        }
+        let Some(socket) = self.ctl.shared_socket() else {
+            return false;
+        };
+        // Nobody else reads this socket now: its responses are done and this thread has it.
+        if socket.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let peeked = socket.peek(&mut [0u8; 1]);
+        let _ = socket.set_nonblocking(false);
+        match peeked {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
+        }
+    }
+
     /// true if the connection is HTTPS
     pub fn secure(&self) -> bool {
         self.secure
@@ -561,5 +585,52 @@ mod test {
         assert_eq!(refused(b"GET / HTTP/2.0\r\n\r\n"), Some(505));
         assert_eq!(refused(b"GET / HTTP/1.1\r\nExpect: x\r\n\r\n"), Some(417));
         assert_eq!(refused(b"GET / HTTP/1.1\r\nHost"), Some(0));
+    }
+}
+
+#[cfg(test)]
+mod ended_by_peer_tests {
+    use super::ClientConnection;
+    use crate::connection::Connection;
+    use crate::util::{ConnCtl, RefinedTcpStream};
+    use crate::Limits;
+    use std::io::Write;
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A server side connection as the accept loop builds it, and its client.
+    fn accepted() -> (ClientConnection, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let sock = Arc::new(Connection::Tcp(listener.accept().unwrap().0));
+        let ctl = ConnCtl::new(Some(sock.clone()), None);
+        let (read, write) = RefinedTcpStream::new(sock, ctl.clone());
+        let conn = ClientConnection::new(write, read, ctl, Arc::new(Limits::default()));
+        (conn, client)
+    }
+
+    fn settle() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_connection_is_ended_by_its_client_only_once_closed_with_nothing_left_to_read() {
+        let (mut open, _client) = accepted();
+        assert!(!open.ended_by_peer(), "open and silent: a next request may come");
+
+        let (mut closed, client) = accepted();
+        drop(client);
+        settle();
+        assert!(closed.ended_by_peer(), "closed with nothing sent");
+
+        let (mut pipelined, mut client) = accepted();
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        settle();
+        assert!(
+            !pipelined.ended_by_peer(),
+            "a request sent before the close is still to be read and answered"
+        );
     }
 }

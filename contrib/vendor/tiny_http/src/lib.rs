@@ -183,11 +183,16 @@ fn connection_task(
 }
 
 /// iac-code-agui patch: leaves `client` parked until its responses in flight are done, then
-/// resumes it on a pool thread (at once if they are already done). No thread for it then: the
-/// connection ends (its socket closes with its last handle).
+/// resumes it on a pool thread (at once if they are already done), unless its client has ended
+/// it meanwhile: it is closed then, on the thread that ended the last response. No thread for it
+/// then: the connection ends (its socket closes with its last handle).
 fn park(client: ClientConnection, messages: Arc<MessagesQueue<Message>>, pool: util::TaskPool) {
     let parking = client.parking();
     let resume = Box::new(move || {
+        let mut client = client;
+        if client.ended_by_peer() {
+            return;
+        }
         let task = connection_task(client, messages, pool.clone());
         if pool.spawn(task).is_err() {
             log::error!("no thread to resume a parked connection; it is closed");

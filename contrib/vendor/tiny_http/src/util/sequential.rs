@@ -238,6 +238,21 @@ impl<W: Write + Send> Write for SequentialWriter<W> {
     }
 }
 
+impl<R: Read + Send> SequentialReader<crate::util::LeanReader<R>> {
+    /// iac-code-agui patch: the bytes this reader holds unread, once it is its turn (taken now
+    /// if the previous reader was given back); `None` while the previous one is still out.
+    pub(crate) fn unread(&mut self) -> Option<usize> {
+        if let SequentialReaderInner::Waiting(previous) = &self.inner {
+            let reader = previous.try_recv().ok()?;
+            self.inner = SequentialReaderInner::MyTurn(reader);
+        }
+        match &self.inner {
+            SequentialReaderInner::MyTurn(reader) => Some(reader.buffered()),
+            _ => None,
+        }
+    }
+}
+
 impl<R> Drop for SequentialReader<R>
 where
     R: Read + Send,
