@@ -617,7 +617,10 @@ mod ended_by_peer_tests {
     #[test]
     fn a_connection_is_ended_by_its_client_only_once_closed_with_nothing_left_to_read() {
         let (mut open, _client) = accepted();
-        assert!(!open.ended_by_peer(), "open and silent: a next request may come");
+        assert!(
+            !open.ended_by_peer(),
+            "open and silent: a next request may come"
+        );
 
         let (mut closed, client) = accepted();
         drop(client);
