@@ -83,19 +83,8 @@ fn a_large_deeply_nested_pipeline_frame_goes_through_the_projection_on_the_run_s
         ],
     );
     let a = Adapter::start(&k.url);
-    let mut body = a.request("t-deep", "r1", "scenario:deep-pipe");
-    let iac = &mut body["forwardedProps"]["iacCode"];
-    iac["runMode"] = json!("pipeline");
-    iac["pipelineName"] = json!("selling");
-    let r = a.run(&body);
-    assert_eq!(r.status, 200);
-    assert_eq!(r.last()["type"], "RUN_FINISHED", "{:?}", r.types());
-    let all = serde_json::to_string(&r.events).unwrap();
-    assert!(
-        all.contains("deep-leaf") && all.len() > 2 * 1024 * 1024,
-        "the frame's data reached the client: {:?}",
-        r.types()
-    );
+    let r = a.run(&pipeline_request(&a, "t-deep", "scenario:deep-pipe"));
+    assert_deep_frame_reached_the_client(&r);
     // The process is alive and the next run is served.
     let r = a.run(&a.request("t-deep", "r2", "hi"));
     assert_eq!(r.last()["outcome"]["type"], "success");
@@ -144,19 +133,9 @@ fn a_large_deeply_nested_pipeline_frame_after_an_answer_goes_through_the_project
         ]),
     );
     let a = Adapter::start(&k.url);
-    let mut first = a.request("t-deep-resumed", "r1", "scenario:deep-pipe-resumed");
-    let iac = &mut first["forwardedProps"]["iacCode"];
-    iac["runMode"] = json!("pipeline");
-    iac["pipelineName"] = json!("selling");
+    let first = pipeline_request(&a, "t-deep-resumed", "scenario:deep-pipe-resumed");
     let r = resumed(&a, "t-deep-resumed", first);
-    assert_eq!(r.status, 200);
-    assert_eq!(r.last()["type"], "RUN_FINISHED", "{:?}", r.types());
-    let all = serde_json::to_string(&r.events).unwrap();
-    assert!(
-        all.contains("deep-leaf") && all.len() > 2 * 1024 * 1024,
-        "the frame's data reached the client: {:?}",
-        r.types()
-    );
+    assert_deep_frame_reached_the_client(&r);
     let r = a.run(&a.request("t-deep-resumed", "r3", "hi"));
     assert_eq!(r.last()["outcome"]["type"], "success");
 }
@@ -190,4 +169,24 @@ fn a_panic_with_a_backtrace_after_an_answer_is_caught_on_the_run_stack_and_answe
     );
     let r = a.run(&a.request("t-after-panic", "r1", "hi"));
     assert_eq!(r.last()["outcome"]["type"], "success");
+}
+
+/// A first run (`r1`) of the "selling" pipeline.
+fn pipeline_request(a: &Adapter, thread: &str, text: &str) -> Value {
+    let mut body = a.request(thread, "r1", text);
+    let iac = &mut body["forwardedProps"]["iacCode"];
+    iac["runMode"] = json!("pipeline");
+    iac["pipelineName"] = json!("selling");
+    body
+}
+
+fn assert_deep_frame_reached_the_client(r: &RunResult) {
+    assert_eq!(r.status, 200);
+    assert_eq!(r.last()["type"], "RUN_FINISHED", "{:?}", r.types());
+    let all = serde_json::to_string(&r.events).unwrap();
+    assert!(
+        all.contains("deep-leaf") && all.len() > 2 * 1024 * 1024,
+        "the frame's data reached the client: {:?}",
+        r.types()
+    );
 }
