@@ -115,6 +115,7 @@ fn write_tmp(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn names_in(dir: &Path) -> Vec<String> {
         let entries = std::fs::read_dir(dir).unwrap();
@@ -123,21 +124,32 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_replace_leaves_the_new_document_owner_only_and_no_temporary_file() {
-        let dir = std::env::temp_dir().join(format!("agui-replace-{}", std::process::id()));
+    /// An empty directory of this test process's own.
+    fn fresh_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
-        replace(&dir, "t.json", b"old", 0o600, at).unwrap();
-        replace(&dir, "t.json", b"new", 0o600, at).unwrap();
+        dir
+    }
+
+    /// `t.json` holds `bytes`, owner-only, modified at `at`, alone in `dir` (then removed).
+    fn assert_only_the_document(dir: &Path, bytes: &[u8], at: SystemTime) {
         let path = dir.join("t.json");
-        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         assert_eq!(meta.modified().unwrap(), at);
-        assert_eq!(names_in(&dir), ["t.json"]);
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(names_in(dir), ["t.json"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_replace_leaves_the_new_document_owner_only_and_no_temporary_file() {
+        let dir = fresh_dir("agui-replace");
+        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        replace(&dir, "t.json", b"old", 0o600, at).unwrap();
+        replace(&dir, "t.json", b"new", 0o600, at).unwrap();
+        assert_only_the_document(&dir, b"new", at);
     }
 
     /// The unsynced replace is as atomic for readers as the synced one: a reader racing many
@@ -145,9 +157,7 @@ mod tests {
     /// cut one, and no temporary file is left.
     #[test]
     fn an_unsynced_replace_is_never_seen_torn_and_leaves_the_document_owner_only() {
-        let dir = std::env::temp_dir().join(format!("agui-replace-uns-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("agui-replace-uns");
         let docs: Vec<Vec<u8>> = (0..8)
             .map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(i * 9000)).into_bytes())
             .collect();
@@ -170,19 +180,12 @@ mod tests {
         }
         done.store(true, Ordering::SeqCst);
         reader.join().unwrap();
-        let path = dir.join("t.json");
-        assert_eq!(std::fs::read(&path).unwrap(), docs[399 % docs.len()]);
-        let meta = std::fs::metadata(&path).unwrap();
-        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-        assert_eq!(meta.modified().unwrap(), at);
-        assert_eq!(names_in(&dir), ["t.json"]);
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_only_the_document(&dir, &docs[399 % docs.len()], at);
     }
 
     #[test]
     fn a_failed_replace_leaves_no_temporary_file() {
-        let dir = std::env::temp_dir().join(format!("agui-replace-fail-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = fresh_dir("agui-replace-fail");
         std::fs::create_dir_all(dir.join("t.json")).unwrap();
         std::fs::write(
             dir.join("t.json").join("x"),
